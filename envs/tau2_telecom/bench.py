@@ -1,0 +1,160 @@
+"""tau2-telecom as a benchmark: tasks, environments, parties, episodes and scores."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentspec.bench.tau2.evaluator import Evaluation, evaluate
+from agentspec.bench.tau2.orchestrator import DONE_TOOL, Orchestrator, Party
+from agentspec.bench.tau2.parties import LLMParty, Script, ScriptedParty
+from agentspec.errors import AgentSpecError
+from agentspec.models import ModelClient
+from agentspec.types import Requestor, ToolCall, Trajectory
+from envs.tau2_telecom.dataset import Task, TelecomData
+from envs.tau2_telecom.environment import TelecomEnvironment
+
+AGENT_INSTRUCTIONS = (
+    "You are a customer service agent for a telecom carrier. Help the user according to the policy below. "
+    "In each turn either send a message to the user or make tool calls, not both. "
+    "Follow the policy and the technical support manual exactly."
+)
+SOLO_INSTRUCTIONS = (
+    "You are a telecom technical support agent working a ticket on your own: there is no user to talk to. "
+    "You can operate both the carrier systems and the customer's phone with your tools. Every turn must be a tool "
+    "call. Follow the policy and the manual, and call `done` once the ticket is resolved or handed over."
+)
+
+
+@dataclass
+class Episode:
+    """One finished episode with its score."""
+
+    task_id: str
+    trial: int
+    trajectory: Trajectory
+    evaluation: Evaluation | None
+    timings: dict[str, float]
+    error: str | None = None
+
+    @property
+    def reward(self) -> float:
+        return self.evaluation.reward if self.evaluation else 0.0
+
+    def record(self) -> dict[str, Any]:
+        """The JSON record written to results.json."""
+        evaluation = self.evaluation.model_dump(mode="json") if self.evaluation else None
+        return {
+            "task_id": self.task_id,
+            "trial": self.trial,
+            "reward": self.reward,
+            "termination": self.trajectory.termination.value if self.trajectory.termination else None,
+            "steps": self.trajectory.steps,
+            "num_errors": self.trajectory.num_errors,
+            "tool_calls": len(self.trajectory.tool_calls()),
+            "evaluation": evaluation,
+            "timings": self.timings,
+            "error": self.error,
+            "messages": [m.model_dump(mode="json", exclude_defaults=True) for m in self.trajectory.messages],
+        }
+
+
+class TelecomBench:
+    """Everything needed to run and score tau2-telecom tasks from one data folder."""
+
+    name = "tau2-telecom"
+
+    def __init__(self, data: TelecomData, *, max_steps: int = 200, max_errors: int = 10) -> None:
+        self.data = data
+        self.max_steps, self.max_errors = max_steps, max_errors
+
+    @classmethod
+    def from_data_dir(cls, data_dir: str | Path | None = None, **kwargs: Any) -> TelecomBench:
+        return cls(TelecomData.locate(data_dir), **kwargs)
+
+    def tasks(self, split: str = "base", task_ids: list[str] | None = None, limit: int | None = None) -> list[Task]:
+        return self.data.select(split, task_ids, limit)
+
+    def task(self, task_id: str) -> Task:
+        return self.data.select(task_ids=[task_id])[0]
+
+    # --- environments ------------------------------------------------------------
+
+    def environment(self, task: Task, *, solo: bool = False) -> TelecomEnvironment:
+        """A fresh environment with the task's initialisation applied (each action followed by a sync)."""
+        env = TelecomEnvironment.from_dir(self.data.telecom, solo=solo)
+        for action in task.initial_state.initialization_actions:
+            env.run_function(action.env_type, action.func_name, action.arguments)
+        env.sync()
+        return env
+
+    def evaluate(self, task: Task, trajectory: Trajectory, *, solo: bool = False) -> Evaluation:
+        criteria = task.evaluation_criteria
+        return evaluate(
+            trajectory,
+            fresh_environment=lambda: self.environment(task, solo=solo),
+            assertions=criteria.env_assertions,
+            gold_actions=criteria.actions,
+            reward_basis=criteria.reward_basis,
+        )
+
+    # --- parties -----------------------------------------------------------------
+
+    def agent_prompt(self, task: Task, *, solo: bool) -> str:
+        manual = self.data.text("telecom/tech_support_manual.md")
+        if solo:
+            policy = self.data.text("telecom/main_policy_solo.md")
+            return f"{SOLO_INSTRUCTIONS}\n\n<policy>\n{policy}\n\n{manual}\n</policy>\n\n<ticket>\n{task.ticket}\n</ticket>"
+        policy = self.data.text("telecom/main_policy.md")
+        return f"{AGENT_INSTRUCTIONS}\n\n<policy>\n{policy}\n\n{manual}\n</policy>"
+
+    def user_prompt(self, task: Task) -> str:
+        guidelines = self.data.text("user_simulator/simulation_guidelines_tools.md")
+        return f"{guidelines}\n\n<scenario>\n{task.scenario_text()}\n</scenario>"
+
+    def oracle(self, task: Task, *, solo: bool = True) -> tuple[Party, Party | None]:
+        """Parties that replay the task's gold actions (the agent makes every call in solo mode)."""
+        calls = [(a.requestor, ToolCall(name=a.name, arguments=a.arguments)) for a in task.evaluation_criteria.actions]
+        return self.scripted(calls, end="assistant", solo=solo)
+
+    def scripted(
+        self, calls: Sequence[tuple[Requestor, ToolCall]], *, end: Requestor = "assistant", solo: bool = False
+    ) -> tuple[Party, Party | None]:
+        script = Script.of(calls, end=end, solo=solo)
+        user = None if solo else ScriptedParty("user", script)
+        return ScriptedParty("assistant", script), user
+
+    def llm_parties(
+        self, task: Task, agent: ModelClient, user: ModelClient | None, *, solo: bool, env: TelecomEnvironment
+    ) -> tuple[Party, Party | None]:
+        if solo:
+            tools = env.tool_specs("assistant") + [DONE_TOOL]
+            return LLMParty("assistant", agent, self.agent_prompt(task, solo=True), tools, tool_choice="required"), None
+        if user is None:
+            raise AgentSpecError("normal mode needs a user model (--user-model) or --solo")
+        agent_party = LLMParty("assistant", agent, self.agent_prompt(task, solo=False), env.tool_specs("assistant"))
+        user_party = LLMParty("user", user, self.user_prompt(task), env.tool_specs("user"))
+        return agent_party, user_party
+
+    # --- episodes ----------------------------------------------------------------
+
+    async def run_episode(
+        self, task: Task, agent: Party, user: Party | None, *, env: TelecomEnvironment, trial: int = 0
+    ) -> Episode:
+        """Play one episode with the given parties and score it; failures are recorded, not raised."""
+        started = time.perf_counter()
+        orchestrator = Orchestrator(task.id, env, agent, user, max_steps=self.max_steps, max_errors=self.max_errors)
+        error = None
+        evaluation = None
+        try:
+            trajectory = await orchestrator.run()
+            eval_started = time.perf_counter()
+            evaluation = self.evaluate(task, trajectory, solo=env.solo)
+            orchestrator.timings["eval_s"] = time.perf_counter() - eval_started
+        except AgentSpecError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        timings = {**orchestrator.timings, "wall_s": time.perf_counter() - started}
+        return Episode(task.id, trial, orchestrator.trajectory, evaluation, timings, error)

@@ -1,0 +1,29 @@
+"""Shared fixtures: the real tau2 data beside the checkout, and one bench per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TAU2_DIR = REPO.parent / "shared" / "data" / "tau2"
+
+
+@pytest.fixture(scope="session")
+def tau2_dir() -> Path:
+    if not (TAU2_DIR / "telecom" / "tasks.json").is_file():
+        pytest.fail(f"tau2 data not found at {TAU2_DIR}: the tests need ../shared/data/tau2 beside the checkout")
+    return TAU2_DIR
+
+
+@pytest.fixture(scope="session")
+def bench(tau2_dir: Path):
+    from envs.tau2_telecom.bench import TelecomBench
+
+    return TelecomBench.from_data_dir(tau2_dir)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

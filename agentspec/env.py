@@ -10,27 +10,42 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol, Self, runtime_checkable
 
 from agentspec.errors import SnapshotError
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class StateSnapshot:
-    """An immutable copy of an environment's state."""
+    """An immutable copy of an environment's state.
+
+    ``digest`` identifies the *content*: snapshots of equal states have equal
+    digests.  Pickle bytes are not canonical (memo order can change after a
+    round trip), so an environment may pass ``canonical``, a function giving a
+    canonical text of the state; the digest is computed on first use only, to
+    keep taking a snapshot cheap.
+    """
 
     data: bytes
-    digest: str
+    canonical: Callable[[Any], str] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def of(cls, state: Any) -> StateSnapshot:
+    def of(cls, state: Any, canonical: Callable[[Any], str] | None = None) -> StateSnapshot:
+        """Freeze ``state`` (anything picklable)."""
         try:
             data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             raise SnapshotError(f"state cannot be snapshotted: {exc}") from exc
-        return cls(data=data, digest=hashlib.sha256(data).hexdigest())
+        return cls(data=data, canonical=canonical)
+
+    @cached_property
+    def digest(self) -> str:
+        basis = self.data if self.canonical is None else self.canonical(self.load()).encode()
+        return hashlib.sha256(basis).hexdigest()
 
     def load(self) -> Any:
         """A fresh, independent copy of the state."""

@@ -9,6 +9,7 @@ roaming, data-limit and payment-request facts between carrier and phone.
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from functools import lru_cache
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any, Literal, Self
 from agentspec.env import StateSnapshot
 from agentspec.errors import EnvError, ToolNotFound
 from agentspec.tools import Toolkit
-from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
+from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec, canonical_json
 from envs.tau2_telecom.data_model import BillStatus, CarrierDB, LineStatus
 from envs.tau2_telecom.tools import CarrierTools
 from envs.tau2_telecom.user_data_model import PaymentRequest, PhoneDB
@@ -136,11 +137,15 @@ class TelecomEnvironment:
     # --- snapshots -------------------------------------------------------------
 
     def snapshot(self) -> StateSnapshot:
-        return StateSnapshot.of((self.carrier.db, self.phone.db))
+        return StateSnapshot.of((self.carrier.db, self.phone.db), canonical=_canonical)
 
     def restore(self, snapshot: StateSnapshot) -> Self:
         carrier, phone = snapshot.load()
         return type(self)(carrier, phone, solo=self.solo)
 
     def state_digest(self) -> str:
-        return self.snapshot().digest
+        return hashlib.sha256(_canonical((self.carrier.db, self.phone.db)).encode()).hexdigest()
+
+
+def _canonical(state: tuple[CarrierDB, PhoneDB]) -> str:
+    return canonical_json([db.model_dump(mode="json") for db in state])

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from agentspec.bench.registry import bench_class, data_spec
 from agentspec.bench.runner import run_jobs, summarize
 from agentspec.data import pull, resolve_data_dir
-from agentspec.errors import ConfigError
+from agentspec.errors import ConfigError, ModelRequestError, ModelUnavailable
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.types import ToolCall
 
@@ -125,6 +125,19 @@ def _role_config(args: argparse.Namespace, role: str, env_role: str) -> ModelCon
     return ModelConfig.for_role(env_role, spec, base_url=base_url, **overrides)
 
 
+async def _preflight(client: ModelClient) -> None:
+    """Fail the run at once, with a clear message, when an endpoint is dead or the model unknown."""
+    try:
+        if client.config.model:
+            await client.list_models()
+        else:
+            await client.resolve_model()
+    except ModelRequestError:
+        pass  # some endpoints do not serve /models; the first real request will tell
+    except ModelUnavailable as exc:
+        raise ModelUnavailable(f"model endpoint {client.config.base_url} is not answering: {exc}") from exc
+
+
 async def _run_llm(bench: Any, args: argparse.Namespace, jobs: list[tuple[Any, int]]) -> list[Any]:
     agent_config = _role_config(args, "agent", "agent")
     if agent_config is None:
@@ -135,6 +148,8 @@ async def _run_llm(bench: Any, args: argparse.Namespace, jobs: list[tuple[Any, i
     async with AsyncExitStack() as stack:
         agent_client = await stack.enter_async_context(ModelClient(agent_config))
         user_client = await stack.enter_async_context(ModelClient(user_config)) if user_config else None
+        for client in filter(None, (agent_client, user_client)):
+            await _preflight(client)
 
         async def one(job: tuple[Any, int]) -> Any:
             task, trial = job

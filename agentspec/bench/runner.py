@@ -69,5 +69,6 @@ def summarize(episodes: Sequence[EpisodeLike], wall_s: float) -> dict[str, Any]:
         "pass_hat_k": {str(k): v for k, v in pass_hat_k(successes).items()},
         "terminations": dict(Counter(str(r["termination"]) for r in records)),
         "failed_episodes": sum(1 for e in episodes if e.error),
+        "first_error": next((e.error for e in episodes if e.error), None),
         "wall_s": round(wall_s, 3),
     }

@@ -1,0 +1,365 @@
+"""One async client for any OpenAI-compatible chat endpoint.
+
+This is the seam between agentspec and model servers (vLLM, llama.cpp,
+SGLang, OpenAI, ...).  It speaks through the ``openai`` SDK with the SDK's
+own retries off, retries by itself (exponential backoff with jitter on
+connection errors, timeouts, 429 and 5xx), and translates every SDK or HTTP
+exception into the :mod:`agentspec.errors` tree::
+
+    async with ModelClient(ModelConfig(base_url="http://gpu:8000/v1", model="qwen3-8b")) as client:
+        result = await client.chat([Message(role="user", content="Hi")], tools=specs)
+        for call in result.message.tool_calls: ...
+        for bad in result.invalid_tool_calls: ...   # answer with an error observation
+
+Cancelling the awaiting task (a cancel scope, ``move_on_after``) aborts the
+HTTP request and closes its connection, so the server sees the client leave.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager, suppress
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import anyio
+import httpx2
+import openai
+
+from agentspec.errors import (
+    ConfigError,
+    ModelError,
+    ModelOutputError,
+    ModelRequestError,
+    ModelTimeout,
+    ModelUnavailable,
+)
+from agentspec.models.config import ModelConfig
+from agentspec.models.parsing import StreamAssembler, parse_completion, to_openai_messages
+from agentspec.models.result import ChatResult, StreamEvent, TextDelta, ToolCallDelta
+from agentspec.types import Message, ToolSpec
+
+__all__ = ["ChatStream", "ModelClient"]
+
+T = TypeVar("T")
+
+
+class ModelClient:
+    """Async client of one OpenAI-compatible endpoint, configured by a :class:`ModelConfig`.
+
+    Use it as an async context manager, or call :meth:`aclose` when done.
+    Every failure is raised as a :class:`~agentspec.errors.ModelError`:
+    :class:`ModelTimeout` after ``timeout_s`` (per attempt),
+    :class:`ModelUnavailable` when the endpoint cannot be reached or keeps
+    answering 429/5xx, :class:`ModelRequestError` (with ``status_code``) for
+    other 4xx answers, :class:`ModelOutputError` for unusable answers.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.config = config
+        self._sdk = openai.AsyncOpenAI(
+            base_url=config.base_url, api_key=config.api_key, max_retries=0, timeout=config.timeout_s
+        )
+        self._model = config.model
+        self._model_lock = anyio.Lock()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections; the client cannot be used afterwards."""
+        with anyio.CancelScope(shield=True):
+            await self._sdk.close()
+
+    # ------------------------------------------------------------ public API
+
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: str | list[str] | None = None,
+        seed: int | None = None,
+        logprobs: bool = False,
+        top_logprobs: int | None = None,
+        extra_body: dict[str, Any] | None = None,
+    ) -> ChatResult:
+        """Ask for one assistant turn.
+
+        Arguments left ``None`` take the config's defaults; ``extra_body`` is
+        merged over ``config.extra_body`` (server-specific fields such as
+        ``top_k``).  Tool calls with unusable arguments are returned in
+        ``invalid_tool_calls``, never dropped.
+        """
+        body = await self._body(
+            messages, tools, tool_choice, max_tokens, temperature, stop, seed, logprobs, top_logprobs, extra_body
+        )
+        started = time.perf_counter()
+        data = await self._retrying(lambda: self._complete(body))
+        return parse_completion(
+            data, text_tool_calls=self._text_tools(tools), latency_s=time.perf_counter() - started
+        )
+
+    def stream_chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: str | list[str] | None = None,
+        seed: int | None = None,
+        logprobs: bool = False,
+        top_logprobs: int | None = None,
+        extra_body: dict[str, Any] | None = None,
+    ) -> ChatStream:
+        """Like :meth:`chat`, but yield :class:`TextDelta`/:class:`ToolCallDelta` as they arrive.
+
+        The last event is the assembled :class:`ChatResult` (the same as
+        :meth:`chat` would return).  Use ``async for event in
+        client.stream_chat(...)``, or ``async with client.stream_chat(...) as
+        stream`` to be sure the HTTP stream is closed if you stop early;
+        cancelling the consumer closes it too.  Opening the stream is retried
+        like :meth:`chat`; a failure after the first event is not.
+        """
+        args = (messages, tools, tool_choice, max_tokens, temperature, stop, seed, logprobs, top_logprobs, extra_body)
+        return ChatStream(self, args)
+
+    async def list_models(self) -> list[str]:
+        """The ids of the models the endpoint serves (``GET /models``)."""
+        return await self._retrying(self._list_models_once)
+
+    async def resolve_model(self) -> str:
+        """The model to ask: ``config.model``, else the only model the endpoint serves.
+
+        Raises :class:`ConfigError` listing the served ids when there is not
+        exactly one.
+        """
+        async with self._model_lock:
+            if not self._model:
+                self._model = _only_model(self.config.base_url, await self.list_models())
+        return self._model
+
+    # ------------------------------------------------------------ internals
+
+    async def _body(
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        tool_choice: str | dict[str, Any] | None,
+        max_tokens: int | None,
+        temperature: float | None,
+        stop: str | list[str] | None,
+        seed: int | None,
+        logprobs: bool,
+        top_logprobs: int | None,
+        extra_body: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` for one request."""
+        cfg = self.config
+        body: dict[str, Any] = {"model": await self.resolve_model(), "messages": to_openai_messages(messages)}
+        optional = {
+            "tools": [tool.openai_schema() for tool in tools] if tools else None,
+            "tool_choice": tool_choice,
+            "max_tokens": max_tokens if max_tokens is not None else cfg.max_tokens,
+            "temperature": temperature if temperature is not None else cfg.temperature,
+            "stop": stop,
+            "seed": seed if seed is not None else cfg.seed,
+            "logprobs": True if logprobs or top_logprobs is not None else None,
+            "top_logprobs": top_logprobs,
+        }
+        body.update({key: value for key, value in optional.items() if value is not None})
+        merged = {**cfg.extra_body, **(extra_body or {})}
+        if merged:
+            body["extra_body"] = merged
+        return body
+
+    def _text_tools(self, tools: list[ToolSpec] | None) -> bool:
+        return bool(tools) and self.config.parse_text_tool_calls
+
+    async def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        with _translated(), anyio.fail_after(self.config.timeout_s):
+            completion = await self._sdk.chat.completions.create(**body)
+        return _as_dict(completion)
+
+    async def _list_models_once(self) -> list[str]:
+        with _translated(), anyio.fail_after(self.config.timeout_s):
+            page = await self._sdk.models.list()
+        return [model.id for model in page.data]
+
+    async def _open_stream(self, body: dict[str, Any]) -> Any:
+        stream_body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        with _translated(), anyio.fail_after(self.config.timeout_s):
+            return await self._sdk.chat.completions.create(**stream_body)
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run ``attempt``, retrying timeouts and unavailability with backoff."""
+        for retry in range(self.config.max_retries + 1):
+            try:
+                return await attempt()
+            except (ModelTimeout, ModelUnavailable):
+                if retry == self.config.max_retries:
+                    raise
+            await anyio.sleep(self._backoff(retry))
+        raise AssertionError("unreachable")
+
+    def _backoff(self, retry: int) -> float:
+        """Seconds to wait before retry ``retry + 1``: exponential, capped, jittered in its upper half."""
+        ceiling = min(self.config.backoff_max_s, self.config.backoff_s * 2**retry)
+        return random.uniform(ceiling / 2, ceiling)
+
+
+class ChatStream:
+    """The events of one streamed turn; see :meth:`ModelClient.stream_chat`.
+
+    An async iterator of :class:`TextDelta`, :class:`ToolCallDelta` and, last,
+    :class:`ChatResult`; also an async context manager that closes the HTTP
+    stream on exit.  Nothing is sent before the first ``__anext__`` or
+    ``__aenter__``.
+    """
+
+    def __init__(self, client: ModelClient, args: tuple[Any, ...]) -> None:
+        self._client = client
+        self._args = args
+        self._sdk_stream: Any = None
+        self._chunks: AsyncIterator[Any] | None = None
+        self._assembler = StreamAssembler()
+        self._pending: list[TextDelta | ToolCallDelta] = []
+        self._started = 0.0
+        self._done = False
+
+    async def __aenter__(self) -> Self:
+        await self._ensure_open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        if self._done and not self._pending:
+            raise StopAsyncIteration
+        try:
+            return await self._next_event()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Close the HTTP stream (the server sees the client leave if it was still sending).
+
+        Errors while closing are ignored: they must not hide why the stream stopped.
+        """
+        self._done = True
+        if self._sdk_stream is not None:
+            with anyio.CancelScope(shield=True), suppress(httpx2.HTTPError, openai.OpenAIError, OSError):
+                await self._sdk_stream.close()
+
+    async def _ensure_open(self) -> None:
+        if self._sdk_stream is None and not self._done:
+            body = await self._client._body(*self._args)
+            self._started = time.perf_counter()
+            self._sdk_stream = await self._client._retrying(lambda: self._client._open_stream(body))
+            self._chunks = self._sdk_stream.__aiter__()
+
+    async def _next_event(self) -> StreamEvent:
+        await self._ensure_open()
+        while not self._pending:
+            if self._done:
+                raise StopAsyncIteration
+            chunk = await self._next_chunk()
+            if chunk is None:
+                return await self._finish()
+            self._pending.extend(self._assembler.feed(chunk))
+        return self._pending.pop(0)
+
+    async def _next_chunk(self) -> dict[str, Any] | None:
+        assert self._chunks is not None
+        try:
+            with _translated(), anyio.fail_after(self._client.config.timeout_s):
+                return _as_dict(await self._chunks.__anext__())
+        except StopAsyncIteration:
+            return None
+
+    async def _finish(self) -> ChatResult:
+        await self.aclose()
+        return parse_completion(
+            self._assembler.completion(),
+            text_tool_calls=self._client._text_tools(self._args[1]),
+            latency_s=time.perf_counter() - self._started,
+        )
+
+
+# ---------------------------------------------------------------- error translation
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Re-raise SDK, HTTP and deadline errors as :mod:`agentspec.errors`."""
+    try:
+        yield
+    except ModelError:
+        raise
+    except (TimeoutError, openai.APITimeoutError, httpx2.TimeoutException) as exc:
+        raise ModelTimeout(f"the model endpoint did not answer in time ({type(exc).__name__})") from exc
+    except openai.APIStatusError as exc:
+        raise _status_error(exc) from exc
+    except (openai.APIConnectionError, httpx2.TransportError) as exc:
+        raise ModelUnavailable(f"cannot reach the model endpoint: {_cause(exc)}") from exc
+    except openai.APIResponseValidationError as exc:
+        raise ModelOutputError(f"the model endpoint answered with an unexpected body: {exc}") from exc
+    except (openai.OpenAIError, httpx2.HTTPError) as exc:
+        raise ModelUnavailable(f"the model endpoint failed: {exc}") from exc
+    except (ValueError, TypeError) as exc:  # undecodable JSON, a body of the wrong shape
+        raise ModelOutputError(f"the model endpoint answered with an unreadable body: {exc}") from exc
+
+
+def _status_error(exc: openai.APIStatusError) -> ModelError:
+    status = exc.status_code
+    detail = f"HTTP {status} from {exc.request.url}: {exc.message}"
+    if status == 429 or status >= 500:
+        return ModelUnavailable(detail)
+    if status == 404:
+        detail += " (does the base URL end in /v1, and is the model name right?)"
+    return ModelRequestError(detail, status_code=status)
+
+
+def _cause(exc: BaseException) -> str:
+    """The most specific message of an exception chain (the SDK's own says only 'Connection error.')."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    """An SDK response object as the JSON dict the endpoint sent."""
+    if isinstance(obj, dict):
+        return obj
+    try:
+        return obj.to_dict(mode="json", warnings=False)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ModelOutputError(f"the model endpoint answered with an unreadable body: {obj!r}") from exc
+
+
+def _only_model(base_url: str, models: list[str]) -> str:
+    if len(models) == 1:
+        return models[0]
+    listed = ", ".join(models) or "none"
+    raise ConfigError(
+        f"{base_url} serves {len(models)} models ({listed}); choose one with URL#MODEL or a model name"
+    )

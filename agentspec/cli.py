@@ -13,9 +13,10 @@ one-line message on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentspec.errors import AgentSpecError
@@ -32,10 +33,7 @@ def _add_role(parser: argparse.ArgumentParser, role: str, what: str) -> None:
     parser.add_argument(f"--{role}-base-url", help=f"{what}: OpenAI-compatible base URL (with a model name)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentspec", description="Fast, faithful tool-using agents.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_bench_commands(sub: Any) -> None:
     run = sub.add_parser("run", help="run a benchmark and score it")
     run.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
     run.add_argument("--split", default="base", help="task split (base, small, train, test, full)")
@@ -53,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="folder for results.json")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     _add_data_dir(run)
+    run.set_defaults(handler="agentspec.bench.commands:run_command")
 
     ev = sub.add_parser("evaluate", help="score a given sequence of tool calls for a task")
     ev.add_argument("--bench", required=True)
@@ -61,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--end", choices=["agent", "user"], default="agent", help="who stops the episode")
     ev.add_argument("--batch", help='JSON lines file of {"task_id", "actions", "end"} records')
     _add_data_dir(ev)
+    ev.set_defaults(handler="agentspec.bench.commands:evaluate_command")
 
     data = sub.add_parser("data", help="benchmark data")
     data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -71,21 +71,25 @@ def build_parser() -> argparse.ArgumentParser:
     path = data_sub.add_parser("path", help="print where a benchmark's data is found")
     path.add_argument("bench")
     _add_data_dir(path)
+    data.set_defaults(handler="agentspec.bench.commands:data_command")
+
+
+# Each entry adds its subcommands; a subcommand names its handler as "module:function"
+# (imported only when that command runs), taking the parsed args and returning the JSON summary.
+COMMAND_GROUPS: list[Callable[[Any], None]] = [_add_bench_commands]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentspec", description="Fast, faithful tool-using agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in COMMAND_GROUPS:
+        add(sub)
     return parser
 
 
-def _dispatch(args: argparse.Namespace) -> dict[str, Any]:
-    if args.command == "run":
-        from agentspec.bench.commands import run_command
-
-        return run_command(args)
-    if args.command == "evaluate":
-        from agentspec.bench.commands import evaluate_command
-
-        return evaluate_command(args)
-    from agentspec.bench.commands import data_command
-
-    return data_command(args)
+def _dispatch(args: argparse.Namespace) -> dict[str, Any] | None:
+    module, _, function = args.handler.partition(":")
+    return getattr(importlib.import_module(module), function)(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

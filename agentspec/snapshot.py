@@ -10,8 +10,8 @@ filesystems, Docker containers)::
     await backend.commit(box)                  # box's state becomes live ...
     await backend.discard(deeper)              # ... or it is thrown away
 
-Every state carries a *token*; every call that changes a state gives it a
-new one.  A sandbox remembers its *lineage*, the tokens of the states it
+Every state carries a *token*; every call that may change a state (any
+effect but ``read_only``) gives it a new one.  A sandbox remembers its *lineage*, the tokens of the states it
 descends from.  :meth:`SnapshotBackend.commit` accepts a sandbox only if the
 current live token is in its lineage (the sandbox continues the live state;
 committing the deepest fork of a chain commits the whole chain at once) and
@@ -119,7 +119,8 @@ class InProcessSandbox:
         if self.discarded:
             raise SnapshotError(f"sandbox {self.id} was discarded")
         observation = self.env.execute(call, requestor)
-        self.token = new_token()
+        if self.env.effect(call.name) is not Effect.READ_ONLY:
+            self.token = new_token()
         return observation
 
 
@@ -142,7 +143,8 @@ class InProcessBackend:
 
     async def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
         observation = self.live.execute(call, requestor)
-        self.live_token = new_token()
+        if self.effect(call.name) is not Effect.READ_ONLY:
+            self.live_token = new_token()  # read-only calls leave the state, and so every fork of it, valid
         return observation
 
     async def snapshot(self, source: Sandbox | None = None) -> Snapshot:

@@ -9,11 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from agentspec.bench.tau2.evaluator import Evaluation, evaluate
-from agentspec.bench.tau2.orchestrator import DONE_TOOL, Orchestrator, Party
+from agentspec.bench.tau2.orchestrator import AGENT_STOP_TOKEN, DONE_TOOL, Orchestrator, Party
 from agentspec.bench.tau2.parties import LLMParty, Script, ScriptedParty
 from agentspec.errors import AgentSpecError
 from agentspec.models import ModelClient
-from agentspec.types import Requestor, ToolCall, Trajectory
+from agentspec.env import StateSnapshot
+from agentspec.mining.library import MacroLibrary
+from agentspec.runtime.executor import CommittedStep, Executor, ExecutorConfig
+from agentspec.runtime.latency import LatencyModel
+from agentspec.runtime.policies import Policy
+from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.snapshot import InProcessBackend
+from agentspec.types import InvalidToolCall, Message, Requestor, TerminationReason, ToolCall, ToolSpec, Trajectory
 from envs.tau2_telecom.dataset import Task, TelecomData
 from envs.tau2_telecom.environment import TelecomEnvironment
 
@@ -39,6 +46,8 @@ class Episode:
     evaluation: Evaluation | None
     timings: dict[str, float]
     error: str | None = None
+    execution: dict[str, Any] | None = None
+    """Speculative-executor details (mode, metrics, committed step sources, timeline) when one ran."""
 
     @property
     def reward(self) -> float:
@@ -58,6 +67,7 @@ class Episode:
             "evaluation": evaluation,
             "timings": self.timings,
             "error": self.error,
+            "execution": self.execution,
             "messages": [m.model_dump(mode="json", exclude_defaults=True) for m in self.trajectory.messages],
         }
 
@@ -158,3 +168,84 @@ class TelecomBench:
             error = f"{type(exc).__name__}: {exc}"
         timings = {**orchestrator.timings, "wall_s": time.perf_counter() - started}
         return Episode(task.id, trial, orchestrator.trajectory, evaluation, timings, error)
+
+    # --- speculative execution (solo mode) -------------------------------------------
+
+    def distractors(self) -> list[ToolCall]:
+        """Plausible calls for a noisy speculator to get wrong: every distinct gold call, plus checks."""
+        seen: dict[str, ToolCall] = {}
+        for task in self.data.tasks().values():
+            for action in task.evaluation_criteria.actions:
+                call = ToolCall(name=action.name, arguments=action.arguments)
+                seen.setdefault(call.canonical(), call)
+        for name in ("check_status_bar", "check_network_status", "run_speed_test", "check_apn_settings"):
+            seen.setdefault(name, ToolCall(name=name))
+        return [seen[key] for key in sorted(seen)]
+
+    def gold_calls(self, task: Task) -> list[ToolCall]:
+        return [ToolCall(name=a.name, arguments=a.arguments, id=f"gold_{i}") for i, a in enumerate(task.evaluation_criteria.actions)]
+
+    def solo_tools(self) -> list[ToolSpec]:
+        env = TelecomEnvironment.from_dir(self.data.telecom, solo=True)
+        return env.tool_specs("assistant") + [DONE_TOOL]
+
+    async def run_speculative_episode(
+        self,
+        task: Task,
+        authority: Policy,
+        speculator: Policy | None,
+        *,
+        config: ExecutorConfig,
+        macros: MacroLibrary | None = None,
+        latency: LatencyModel | None = None,
+        log: RunLog | None = None,
+        resumed: TaskLog | None = None,
+        trial: int = 0,
+    ) -> Episode:
+        """One solo episode through the speculative executor, scored like any other."""
+        started = time.perf_counter()
+        env = self.environment(task, solo=True)
+        if resumed is not None and resumed.checkpoint is not None:
+            env = env.restore(StateSnapshot(data=resumed.checkpoint))
+        backend = InProcessBackend(env)
+        executor = Executor(
+            backend, authority, speculator, config=config, macros=macros, latency=latency, log=log,
+            task_id=f"{task.id}#{trial}", checkpoint=lambda: backend.live.snapshot().data,
+        )
+        error = evaluation = None
+        trajectory = Trajectory(task_id=task.id)
+        try:
+            result = await executor.run(resumed)
+            trajectory = steps_to_trajectory(task.id, result.steps, result.termination)
+            evaluation = self.evaluate(task, trajectory, solo=True)
+        except AgentSpecError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            result = None
+        execution = {
+            "mode": config.mode,
+            "metrics": executor.metrics.as_dict(),
+            "sources": [s.source for s in executor.steps],
+            "macros_fired": sorted({s.macro_id for s in executor.steps if s.macro_id}),
+            "timeline": [vars(e) for e in executor.timeline.events],
+        }
+        timings = {"wall_s": time.perf_counter() - started, "simulated_wall_s": executor.metrics.wall_s}
+        return Episode(task.id, trial, trajectory, evaluation, timings, error, execution)
+
+
+def steps_to_trajectory(task_id: str, steps: Sequence[CommittedStep], termination: TerminationReason) -> Trajectory:
+    """The executor's committed steps as a solo-mode trajectory (one call per message, then the stop)."""
+    trajectory = Trajectory(task_id=task_id)
+    for step in steps:
+        if step.source == "invalid":
+            bad = InvalidToolCall(id=step.call.id, name=step.call.name, raw_arguments="", error=step.observation.content)
+            trajectory.messages.append(Message(role="assistant", invalid_tool_calls=[bad]))
+        else:
+            trajectory.messages.append(Message(role="assistant", tool_calls=[step.call]))
+        trajectory.messages.append(Message.from_observation(step.observation))
+        trajectory.num_errors += int(step.observation.error)
+    trajectory.steps = 2 * len(steps)
+    if termination is TerminationReason.AGENT_STOP:
+        trajectory.messages.append(Message(role="assistant", content=AGENT_STOP_TOKEN))
+        trajectory.steps += 1
+    trajectory.termination = termination
+    return trajectory

@@ -1,0 +1,412 @@
+"""The speculative executor: an authority and a speculator run side by side on one task.
+
+The executor owns the committed history H and the live environment (a
+:class:`~agentspec.snapshot.SnapshotBackend`).  In one anyio task group:
+
+* the **authority** decides the next call from H (the official trajectory);
+* a **speculator worker** keeps a draft chain q1..qD ahead of H, running each
+  draft in its own fork of the live state (a draft's fork continues the
+  previous draft's);
+
+and for each authority call ``a``:
+
+* ``sa`` / ``smc``: if ``a == q1`` (canonical equality), q1's fork is
+  committed with its observation: the tool does not run again.  A read-only
+  ``a`` may also be answered from any matching finished draft whose fork still
+  equals live state.  Otherwise the chain is cancelled (model requests and tool
+  work are stopped for real, forks discarded) and ``a`` runs on live.
+* ``smc``: after q1 is confirmed, a library macro whose first steps align with
+  the end of H and whose remaining steps align with the next drafts (slots
+  bound consistently) commits those drafts too, without asking the authority,
+  when it skips at least ``l_min`` decisions and the forks descend from live.
+
+Effects fail closed: drafts of ``external`` tools are never executed, and
+nothing a draft does reaches live state except through a commit.  Every
+committed step is logged (intent before the live change, commit after) in the
+run log, which makes commits exactly-once across a resume.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import anyio
+
+from agentspec.errors import ConfigError, SnapshotError
+from agentspec.mining.library import Macro, MacroLibrary, align
+from agentspec.runtime.latency import LatencyModel, estimate_tokens
+from agentspec.runtime.metrics import ExecutionMetrics, Timeline
+from agentspec.runtime.policies import Decision, History, Policy
+from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
+from agentspec.snapshot import Sandbox, SnapshotBackend
+from agentspec.types import Effect, Observation, TerminationReason, ToolCall
+
+Mode = Literal["sequential", "sa", "smc"]
+MODES: tuple[Mode, ...] = ("sequential", "sa", "smc")
+Source = Literal["authority", "sa", "macro", "reuse", "invalid"]
+
+
+@dataclass
+class CommittedStep:
+    """One step of the official trajectory and how it got there."""
+
+    index: int
+    call: ToolCall
+    observation: Observation
+    source: Source
+    effect_id: str
+    macro_id: str | None = None
+
+
+@dataclass(eq=False)
+class Draft:
+    """A speculated call, executed (or being executed) in its own fork."""
+
+    call: ToolCall
+    effect: Effect
+    sandbox: Sandbox | None = None
+    observation: Observation | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    tokens: int = 0
+
+    @property
+    def executable(self) -> bool:
+        return self.effect is not Effect.EXTERNAL
+
+
+@dataclass
+class ExecutionResult:
+    steps: list[CommittedStep]
+    termination: TerminationReason
+    metrics: ExecutionMetrics
+    timeline: Timeline
+    note: str | None = None
+
+
+@dataclass
+class ExecutorConfig:
+    mode: Mode = "sequential"
+    depth: int = 4
+    l_min: int = 1
+    max_calls: int = 100
+    max_errors: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.depth < 1 or self.l_min < 1:
+            raise ConfigError("depth and l_min must be >= 1")
+
+
+class Executor:
+    """Runs one task's agent loop with speculation (see module docstring)."""
+
+    def __init__(
+        self,
+        backend: SnapshotBackend,
+        authority: Policy,
+        speculator: Policy | None = None,
+        *,
+        config: ExecutorConfig | None = None,
+        macros: MacroLibrary | None = None,
+        latency: LatencyModel | None = None,
+        log: RunLog | None = None,
+        task_id: str = "task",
+        checkpoint: Callable[[], bytes | None] | None = None,
+    ) -> None:
+        self.config = config or ExecutorConfig()
+        if self.config.mode != "sequential" and speculator is None:
+            raise ConfigError(f"mode {self.config.mode} needs a speculator")
+        self.backend, self.authority, self.speculator = backend, authority, speculator
+        self.macros, self.latency, self.log, self.task_id = macros, latency, log, task_id
+        self.checkpoint = checkpoint
+        self.steps: list[CommittedStep] = []
+        self.metrics = ExecutionMetrics()
+        self.timeline = Timeline()
+        self._chain: list[Draft] = []
+        self._chain_end = False
+        self._epoch = 0
+        self._wake = anyio.Event()
+        self._spec_scope: anyio.CancelScope | None = None
+        self._rng = random.Random(self.config.seed)
+        self._errors = 0
+        self._snapshot_failures = 0
+        self._t0 = 0.0
+
+    # ------------------------------------------------------------------ main loop
+
+    async def run(self, resumed: TaskLog | None = None) -> ExecutionResult:
+        """Execute until the authority says done or a limit is hit."""
+        if resumed is not None:
+            self._adopt(resumed)
+        self._t0 = anyio.current_time()
+        termination = TerminationReason.AGENT_STOP
+        note = None
+        async with anyio.create_task_group() as group:
+            if self.config.mode != "sequential":
+                group.start_soon(self._speculate)
+            while True:
+                if len(self.steps) >= self.config.max_calls:
+                    termination = TerminationReason.MAX_STEPS
+                    break
+                decision = await self._ask_authority()
+                if decision.call is None and decision.invalid is None:
+                    if decision.text is not None:
+                        termination, note = TerminationReason.AGENT_ERROR, "the authority answered without a tool call"
+                    break
+                await self._settle(decision)
+                if self._errors >= self.config.max_errors:
+                    termination = TerminationReason.TOO_MANY_ERRORS
+                    break
+            group.cancel_scope.cancel()
+        await self._reset_chain(count_waste=True)
+        self.metrics.wall_s = anyio.current_time() - self._t0
+        return ExecutionResult(self.steps, termination, self.metrics, self.timeline, note)
+
+    def _adopt(self, resumed: TaskLog) -> None:
+        for record in resumed.steps:
+            call = ToolCall.model_validate(record["call"])
+            observation = Observation.model_validate(record["observation"])
+            self.steps.append(CommittedStep(len(self.steps), call, observation, record["source"], record["effect_id"]))
+            self._errors += int(observation.error)
+
+    def _history(self) -> History:
+        return [(s.call, s.observation) for s in self.steps]
+
+    async def _ask_authority(self) -> Decision:
+        started = anyio.current_time()
+        decision = await self.authority.decide(self._history())
+        await self._simulate_model(self.authority, "authority", decision)
+        ended = anyio.current_time()
+        self.metrics.authority_calls += 1
+        self.metrics.authority_wait_s += ended - started
+        label = decision.call.name if decision.call else "done"
+        self.timeline.add("authority", started - self._t0, ended - self._t0, label)
+        return decision
+
+    async def _simulate_model(self, policy: Policy, role: str, decision: Decision) -> None:
+        if self.latency is None or not policy.simulated:
+            return
+        model = self.latency.authority if role == "authority" else self.latency.speculator
+        prompt = self.latency.prompt_tokens(len(self.steps))
+        decision.prompt_tokens, decision.output_tokens = prompt, decision.output_tokens or 1
+        await anyio.sleep(model.seconds(prompt, decision.output_tokens))
+
+    async def _run_tool(self, execute: Callable[[ToolCall], Awaitable[Observation]], call: ToolCall, lane: str) -> Observation:
+        started = anyio.current_time()
+        if self.latency is not None:
+            await anyio.sleep(self.latency.tool.seconds(call.name, self._rng))
+        observation = await execute(call)
+        self.timeline.add(lane, started - self._t0, anyio.current_time() - self._t0, call.name)
+        return observation
+
+    # ------------------------------------------------------------------ deciding a step
+
+    async def _settle(self, decision: Decision) -> None:
+        if decision.invalid is not None:
+            bad = decision.invalid
+            content = f"Error: the arguments of {bad.name!r} are not a valid JSON object ({bad.error})"
+            call = ToolCall(name=bad.name or "invalid", arguments={}, id=bad.id)
+            observation = Observation(call_id=bad.id, name=bad.name, content=content, error=True)
+            self._finish_commit([(call, observation, self._intent(call, "invalid"))], "invalid")
+            return
+        call = decision.call
+        assert call is not None
+        if self.config.mode != "sequential":
+            if await self._confirm_first_draft(call):
+                return
+            if self._reuse_read_only(call):
+                return
+        await self._execute_live(call)
+
+    async def _confirm_first_draft(self, call: ToolCall) -> bool:
+        if not self._chain or self._chain[0].call != call or not self._chain[0].executable:
+            return False
+        first = self._chain[0]
+        if not first.done.is_set():
+            started = anyio.current_time()
+            await first.done.wait()  # the tool is already running in its fork: wait, don't rerun
+            self.metrics.tool_wait_s += anyio.current_time() - started
+        if first.sandbox is None or first.observation is None or self.backend.live_token not in first.sandbox.lineage:
+            return False
+        await self._commit([first], "sa", call)
+        self.metrics.commits_sa += 1
+        if self.config.mode == "smc" and self.macros is not None:
+            await self._try_macro()
+        return True
+
+    def _reuse_read_only(self, call: ToolCall) -> bool:
+        """Serve a read-only call from a finished draft whose fork state still equals live state."""
+        if self.backend.effect(call.name) is not Effect.READ_ONLY:
+            return False
+        for draft in self._chain:
+            if not draft.done.is_set() or draft.sandbox is None or draft.observation is None:
+                return False
+            if draft.call == call and self.backend.live_token in draft.sandbox.lineage:
+                self._append(call, draft.observation.model_copy(update={"call_id": call.id}), "reuse",
+                             effect_id(self.task_id, len(self.steps), call))
+                self.metrics.reused_read_only += 1
+                return True
+            if draft.effect is not Effect.READ_ONLY:
+                return False  # later drafts saw state this one changed
+        return False
+
+    async def _execute_live(self, call: ToolCall) -> None:
+        if self.backend.effect(call.name) is not Effect.READ_ONLY:
+            await self._reset_chain(count_waste=True)
+        eid = self._intent(call, "authority")
+        started = anyio.current_time()
+        observation = await self._run_tool(lambda c: self.backend.execute(c), call, "tool")
+        self.metrics.tool_wait_s += anyio.current_time() - started
+        self.metrics.live_executions += 1
+        self._finish_commit([(call, observation, eid)], "authority")
+
+    # ------------------------------------------------------------------ commits
+
+    def _intent(self, call: ToolCall, source: Source, offset: int = 0) -> str:
+        index = len(self.steps) + offset
+        if self.log is not None:
+            return self.log.intent(self.task_id, index, call, source)
+        return effect_id(self.task_id, index, call)
+
+    async def _commit(self, drafts: list[Draft], source: Source, confirmed: ToolCall | None = None, macro: Macro | None = None) -> None:
+        """Commit drafts (a chain prefix) atomically: log intents, promote the deepest fork, log commits."""
+        calls = [confirmed if (i == 0 and confirmed is not None) else d.call for i, d in enumerate(drafts)]
+        eids = [self._intent(call, source, i) for i, call in enumerate(calls)]
+        last = drafts[-1].sandbox
+        assert last is not None
+        started = anyio.current_time()
+        with anyio.CancelScope(shield=True):
+            await self.backend.commit(last)
+        del self._chain[: len(drafts)]
+        self.timeline.add("commit", started - self._t0, anyio.current_time() - self._t0, "+".join(c.name for c in calls), source)
+        entries = []
+        for call, draft, eid in zip(calls, drafts, eids, strict=True):
+            assert draft.observation is not None
+            entries.append((call, draft.observation.model_copy(update={"call_id": call.id}), eid))
+        self._finish_commit(entries, source, macro.id if macro else None)
+        self._wake.set()
+        for draft in drafts[:-1]:
+            if draft.sandbox is not None:
+                await self.backend.discard(draft.sandbox)
+
+    def _finish_commit(self, entries: list[tuple[ToolCall, Observation, str]], source: Source, macro_id: str | None = None) -> None:
+        checkpoint = self.checkpoint() if (self.checkpoint and self.log) else None
+        for i, (call, observation, eid) in enumerate(entries):
+            step = len(self.steps)
+            self._append(call, observation, source, eid, macro_id)
+            if self.log is not None:
+                self.log.commit(self.task_id, step, eid, observation, checkpoint if i == len(entries) - 1 else None)
+
+    def _append(self, call: ToolCall, observation: Observation, source: Source, eid: str, macro_id: str | None = None) -> None:
+        self.steps.append(CommittedStep(len(self.steps), call, observation, source, eid, macro_id))
+        self._errors += int(observation.error)
+
+    async def _try_macro(self) -> None:
+        """After a confirmed anchor, commit the drafts a reliable macro predicts (SMC)."""
+        assert self.macros is not None
+        best: tuple[int, float, Macro] | None = None
+        history = [s.call for s in self.steps]
+        drafted = [d.call for d in self._chain]
+        for macro in self.macros.active():
+            for j in range(1, len(macro.steps)):
+                rest = len(macro.steps) - j
+                if rest < self.config.l_min or j > len(history) or rest > len(drafted):
+                    continue
+                bindings = align(macro.steps[:j], history[-j:])
+                if bindings is None or align(macro.steps[j:], drafted[:rest], bindings) is None:
+                    continue
+                if best is None or (rest, macro.lcb) > best[:2]:
+                    best = (rest, macro.lcb, macro)
+        if best is None:
+            return
+        rest, _, macro = best
+        drafts = self._chain[:rest]
+        for draft in drafts:
+            await draft.done.wait()
+        if drafts != self._chain[:rest]:
+            return  # the chain changed while waiting
+        usable = all(d.executable and d.sandbox is not None and d.observation is not None and not d.observation.error for d in drafts)
+        if not usable or drafts[-1].sandbox is None or self.backend.live_token not in drafts[-1].sandbox.lineage:
+            return
+        await self._commit(drafts, "macro", macro=macro)
+        self.metrics.commits_macro += rest
+        self.metrics.authority_skipped += rest
+        self.metrics.macro_firings += 1
+
+    # ------------------------------------------------------------------ speculation
+
+    async def _speculate(self) -> None:
+        """Keep the draft chain ``depth`` deep; restart whenever the chain is reset."""
+        while True:
+            epoch = self._epoch
+            with anyio.CancelScope() as scope:
+                self._spec_scope = scope
+                while epoch == self._epoch and not self._chain_end and len(self._chain) < self.config.depth:
+                    await self._extend(epoch)
+            self._spec_scope = None
+            if epoch == self._epoch and (self._chain_end or len(self._chain) >= self.config.depth):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+    async def _extend(self, epoch: int) -> None:
+        assert self.speculator is not None
+        if self._chain and not self._chain[-1].done.is_set():
+            await self._chain[-1].done.wait()
+        history = list(self._history()) + [(d.call, d.observation) for d in self._chain]
+        started = anyio.current_time()
+        decision = await self.speculator.decide(history)
+        await self._simulate_model(self.speculator, "speculator", decision)
+        self.metrics.speculator_calls += 1
+        self.metrics.speculator_busy_s += anyio.current_time() - started
+        self.timeline.add("speculator", started - self._t0, anyio.current_time() - self._t0, decision.call.name if decision.call else "done")
+        if epoch != self._epoch:
+            return
+        if decision.call is None:
+            self._chain_end = True
+            return
+        draft = Draft(decision.call, self.backend.effect(decision.call.name), tokens=decision.output_tokens or estimate_tokens(decision.call.canonical()))
+        self._chain.append(draft)
+        if not draft.executable:
+            self._chain_end = True  # never run an external effect speculatively, nor anything after it
+            draft.done.set()
+            return
+        parent = self._chain[-2].sandbox if len(self._chain) > 1 else None
+        try:
+            snapshot = await self.backend.snapshot(parent)
+            draft.sandbox = await self.backend.fork(snapshot)
+            self.metrics.speculative_tool_calls += 1
+            draft.observation = await self._run_tool(draft.sandbox.execute, draft.call, "speculator-tool")
+        except SnapshotError:
+            # The parent fork went away (committed or discarded meanwhile): drop this draft and retry
+            # from the new state, unless the backend keeps failing.
+            if draft in self._chain:
+                self._chain.remove(draft)
+            self._snapshot_failures += 1
+            self._chain_end = self._snapshot_failures >= 3
+        else:
+            self._snapshot_failures = 0
+        finally:
+            draft.done.set()
+
+    async def _reset_chain(self, count_waste: bool) -> None:
+        """Drop every draft: cancel in-flight work, discard forks, count the waste."""
+        self._epoch += 1
+        if self._spec_scope is not None:
+            self._spec_scope.cancel()
+        drafts, self._chain = self._chain, []
+        self._chain_end = False
+        with anyio.CancelScope(shield=True):
+            for draft in drafts:
+                if count_waste:
+                    self.metrics.drafts_discarded += 1
+                    self.metrics.wasted_tokens += draft.tokens
+                    self.metrics.wasted_tool_calls += int(draft.sandbox is not None)
+                if draft.sandbox is not None:
+                    await self.backend.discard(draft.sandbox)
+                draft.done.set()
+        self._wake.set()

@@ -1,0 +1,81 @@
+"""Per-task execution metrics, timeline events, and run-level aggregates."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Event:
+    """One interval on a task's timeline: which lane, when, and what."""
+
+    lane: str  # "authority" | "speculator" | "tool" | "commit"
+    start: float
+    end: float
+    label: str
+    kind: str = ""
+
+
+@dataclass
+class ExecutionMetrics:
+    """What one task's execution cost and saved."""
+
+    wall_s: float = 0.0
+    authority_wait_s: float = 0.0
+    tool_wait_s: float = 0.0
+    speculator_busy_s: float = 0.0
+    authority_calls: int = 0
+    authority_skipped: int = 0
+    speculator_calls: int = 0
+    commits_sa: int = 0
+    commits_macro: int = 0
+    macro_firings: int = 0
+    reused_read_only: int = 0
+    live_executions: int = 0
+    drafts_discarded: int = 0
+    wasted_tool_calls: int = 0
+    wasted_tokens: int = 0
+    speculative_tool_calls: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+NUMERIC = [name for name in ExecutionMetrics.__dataclass_fields__]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    index = (len(ordered) - 1) * q
+    low, high = int(index), min(int(index) + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (index - low)
+
+
+def aggregate(per_task: Sequence[ExecutionMetrics]) -> dict[str, Any]:
+    """Totals of the counters, means of the times, and P50/P95 of task wall time."""
+    if not per_task:
+        return {}
+    out: dict[str, Any] = {}
+    for name in NUMERIC:
+        values = [getattr(m, name) for m in per_task]
+        if name.endswith("_s"):
+            out[f"mean_{name}"] = round(statistics.fmean(values), 4)
+        else:
+            out[name] = sum(values)
+    walls = [m.wall_s for m in per_task]
+    out["p50_wall_s"] = round(percentile(walls, 0.5), 4)
+    out["p95_wall_s"] = round(percentile(walls, 0.95), 4)
+    return out
+
+
+@dataclass
+class Timeline:
+    events: list[Event] = field(default_factory=list)
+
+    def add(self, lane: str, start: float, end: float, label: str, kind: str = "") -> None:
+        self.events.append(Event(lane, start, end, label, kind))

@@ -1,0 +1,145 @@
+"""Who decides the next call: the authority (official) and the speculator (fast guesses).
+
+Both see the same thing: the task's committed history of (call, observation)
+pairs, which for the speculator continues with its own not-yet-confirmed
+drafts.  A :class:`Decision` is a call, or ``None`` for "done".
+
+Implementations: scripted ones for studying the runtime (:class:`OracleAuthority`
+replays gold calls, :class:`NoisyOracleSpeculator` predicts the true next call
+with probability P) and :class:`LLMPolicy`, a model behind the OpenAI-compatible
+client, usable in either role.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agentspec.models import ModelClient
+from agentspec.runtime.latency import estimate_tokens
+from agentspec.types import InvalidToolCall, Message, Observation, ToolCall, ToolSpec
+
+History = Sequence[tuple[ToolCall, Observation | None]]
+
+
+@dataclass
+class Decision:
+    """The next call (``None`` = done), or an unusable call the model wrote, with its token counts."""
+
+    call: ToolCall | None
+    invalid: InvalidToolCall | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    text: str | None = None
+    """Text the model wrote instead of a call (a protocol error in solo mode)."""
+
+
+class Policy(Protocol):
+    simulated: bool
+    """True when the policy takes no real time and the latency model supplies it."""
+
+    async def decide(self, history: History) -> Decision: ...
+
+
+def gold_pointer(gold: Sequence[ToolCall], history: History) -> int:
+    """How many gold calls the history has made, in order (extra or wrong calls are skipped over)."""
+    pointer = 0
+    for call, _ in history:
+        if pointer < len(gold) and call == gold[pointer]:
+            pointer += 1
+    return pointer
+
+
+@dataclass
+class OracleAuthority:
+    """Makes the task's gold calls in order, then says done."""
+
+    gold: list[ToolCall]
+    simulated: bool = True
+
+    async def decide(self, history: History) -> Decision:
+        pointer = gold_pointer(self.gold, history)
+        call = self.gold[pointer] if pointer < len(self.gold) else None
+        return Decision(call=call, output_tokens=estimate_tokens(call.canonical()) if call else 1)
+
+
+@dataclass
+class NoisyOracleSpeculator:
+    """Predicts the true next call with probability ``p``, otherwise a plausible wrong one.
+
+    Wrong calls come from ``distractors`` (other tasks' calls, read-only checks).
+    Draws are seeded by (seed, task, history length), so runs are reproducible.
+    """
+
+    gold: list[ToolCall]
+    p: float
+    distractors: list[ToolCall]
+    task_id: str = ""
+    seed: int = 0
+    simulated: bool = True
+
+    async def decide(self, history: History) -> Decision:
+        pointer = gold_pointer(self.gold, history)
+        truth = self.gold[pointer] if pointer < len(self.gold) else None
+        digest = hashlib.sha256(f"{self.seed}|{self.task_id}|{len(history)}".encode()).digest()
+        rng = random.Random(int.from_bytes(digest[:8], "big"))
+        if rng.random() < self.p:
+            call = truth
+        else:
+            wrong = [d for d in self.distractors if d != truth]
+            call = rng.choice(wrong) if wrong else None
+        call = call.model_copy(update={"id": f"spec_{len(history)}"}) if call else None
+        return Decision(call=call, output_tokens=estimate_tokens(call.canonical()) if call else 1)
+
+
+def history_messages(system_prompt: str, history: History) -> list[Message]:
+    """The history as a chat: one assistant tool call and its result per step."""
+    messages = [Message(role="system", content=system_prompt)]
+    for call, observation in history:
+        messages.append(Message(role="assistant", tool_calls=[call]))
+        content = observation.content if observation else "(still running)"
+        messages.append(Message(role="tool", content=content, tool_call_id=call.id))
+    return messages
+
+
+@dataclass
+class LLMPolicy:
+    """A model choosing the next call from the history; ``done_tool`` ends the task."""
+
+    client: ModelClient
+    system_prompt: str
+    tools: list[ToolSpec]
+    done_tool: str = "done"
+    temperature: float | None = 0.0
+    max_tokens: int | None = None
+    simulated: bool = False
+    queue_extra_calls: bool = True
+    """Authority: make further calls of a multi-call answer in later steps.  Speculator: ignore them."""
+    _queued: list[ToolCall] = field(default_factory=list)
+    """Further calls of a multi-call answer, made one per step before asking again."""
+
+    async def decide(self, history: History) -> Decision:
+        if self._queued:
+            return Decision(call=self._queued.pop(0))
+        result = await self.client.chat(
+            history_messages(self.system_prompt, history),
+            tools=self.tools,
+            tool_choice="required",
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+        )
+        usage = result.usage
+        tokens = {"prompt_tokens": usage.prompt_tokens if usage else 0, "output_tokens": usage.completion_tokens if usage else 0}
+        calls = result.message.tool_calls
+        if not calls:
+            if result.invalid_tool_calls:
+                return Decision(call=None, invalid=result.invalid_tool_calls[0], **tokens)
+            return Decision(call=None, text=result.message.content or "", **tokens)
+        if calls[0].name == self.done_tool:
+            return Decision(call=None, **tokens)
+        if self.queue_extra_calls:
+            self._queued = [c for c in calls[1:] if c.name != self.done_tool]
+        return Decision(call=calls[0], **tokens)

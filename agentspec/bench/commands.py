@@ -170,6 +170,10 @@ async def _run_oracle(bench: Any, args: argparse.Namespace, jobs: list[tuple[Any
 
 
 def run_command(args: argparse.Namespace) -> dict[str, Any]:
+    if getattr(args, "mode", None):
+        from agentspec.bench.speculative import speculative_run_command
+
+        return speculative_run_command(args)
     if args.trials < 1 or args.concurrency < 1 or (args.limit is not None and args.limit < 0):
         raise ConfigError("--trials and --concurrency must be >= 1 and --limit >= 0")
     bench = bench_class(args.bench).from_data_dir(args.data_dir, max_steps=args.max_steps, max_errors=args.max_errors)

@@ -132,6 +132,7 @@ class Executor:
         self._epoch = 0
         self._wake = anyio.Event()
         self._spec_scope: anyio.CancelScope | None = None
+        self._live_gate: anyio.Event | None = None
         self._rng = random.Random(self.config.seed)
         self._errors = 0
         self._snapshot_failures = 0
@@ -256,14 +257,22 @@ class Executor:
         return False
 
     async def _execute_live(self, call: ToolCall) -> None:
+        gate = None
         if self.backend.effect(call.name) is not Effect.READ_ONLY:
+            # Speculation restarts from the state *after* this call: hold it until the call is done.
+            gate = self._live_gate = anyio.Event()
             await self._reset_chain(count_waste=True)
-        eid = self._intent(call, "authority")
-        started = anyio.current_time()
-        observation = await self._run_tool(lambda c: self.backend.execute(c), call, "tool")
-        self.metrics.tool_wait_s += anyio.current_time() - started
-        self.metrics.live_executions += 1
-        self._finish_commit([(call, observation, eid)], "authority")
+        try:
+            eid = self._intent(call, "authority")
+            started = anyio.current_time()
+            observation = await self._run_tool(lambda c: self.backend.execute(c), call, "tool")
+            self.metrics.tool_wait_s += anyio.current_time() - started
+            self.metrics.live_executions += 1
+            self._finish_commit([(call, observation, eid)], "authority")
+        finally:
+            if gate is not None:
+                self._live_gate = None
+                gate.set()
 
     # ------------------------------------------------------------------ commits
 
@@ -355,6 +364,9 @@ class Executor:
 
     async def _extend(self, epoch: int) -> None:
         assert self.speculator is not None
+        if self._live_gate is not None:
+            await self._live_gate.wait()
+            return  # the epoch moved on: let the worker loop restart from the new state
         if self._chain and not self._chain[-1].done.is_set():
             await self._chain[-1].done.wait()
         history = list(self._history()) + [(d.call, d.observation) for d in self._chain]

@@ -63,7 +63,9 @@ def aggregate(per_task: Sequence[ExecutionMetrics]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in NUMERIC:
         values = [getattr(m, name) for m in per_task]
-        if name.endswith("_s"):
+        if name == "wall_s":
+            out["mean_task_wall_s"] = round(statistics.fmean(values), 4)
+        elif name.endswith("_s"):
             out[f"mean_{name}"] = round(statistics.fmean(values), 4)
         else:
             out[name] = sum(values)

@@ -71,7 +71,7 @@ class NoisyOracleSpeculator:
     """Predicts the true next call with probability ``p``, otherwise a plausible wrong one.
 
     Wrong calls come from ``distractors`` (other tasks' calls, read-only checks).
-    Draws are seeded by (seed, task, history length), so runs are reproducible.
+    Draws are seeded by (seed, task, the calls so far), so runs are reproducible.
     """
 
     gold: list[ToolCall]
@@ -84,7 +84,9 @@ class NoisyOracleSpeculator:
     async def decide(self, history: History) -> Decision:
         pointer = gold_pointer(self.gold, history)
         truth = self.gold[pointer] if pointer < len(self.gold) else None
-        digest = hashlib.sha256(f"{self.seed}|{self.task_id}|{len(history)}".encode()).digest()
+        # Seeded by the context (what a model would condition on), so a new context is a new draw.
+        context = "|".join(call.canonical() for call, _ in history)
+        digest = hashlib.sha256(f"{self.seed}|{self.task_id}|{context}".encode()).digest()
         rng = random.Random(int.from_bytes(digest[:8], "big"))
         if rng.random() < self.p:
             call = truth

@@ -1,0 +1,211 @@
+"""``agentspec run --mode ...``: tau2 tasks through the speculative executor, one or several modes per run.
+
+With ``--mode sequential,sa,smc`` every mode runs over the same tasks in the
+same process, so their ratios are measured side by side.  The last stdout
+line has the last mode's figures at top level, each mode under ``modes``, and
+``wall_ratio_vs_sequential`` (mean task wall time of sequential / of the mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agentspec.bench.commands import _preflight, _role_config
+from agentspec.bench.registry import bench_class
+from agentspec.bench.runner import run_jobs, summarize
+from agentspec.errors import ConfigError
+from agentspec.mining.library import MacroLibrary
+from agentspec.models import ModelClient
+from agentspec.runtime.executor import MODES, ExecutorConfig
+from agentspec.runtime.latency import LatencyModel
+from agentspec.runtime.metrics import ExecutionMetrics, aggregate
+from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
+from agentspec.runtime.runlog import RunLog, TaskLog
+
+NOISY = "noisy-oracle:"
+
+
+@dataclass
+class LoggedEpisode:
+    """An episode finished by an earlier (interrupted) run, read back from the run log."""
+
+    task_id: str
+    reward: float
+    error: str | None
+    stored: dict[str, Any]
+
+    def record(self) -> dict[str, Any]:
+        return self.stored
+
+
+def _modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ConfigError(f"unknown mode {', '.join(unknown) or text!r}; choose from {', '.join(MODES)}")
+    return modes
+
+
+def _noisy_p(spec: str | None) -> float | None:
+    if not spec or not spec.startswith(NOISY):
+        return None
+    try:
+        p = float(spec[len(NOISY):])
+    except ValueError as exc:
+        raise ConfigError(f"--speculator-model {spec}: P must be a number in [0, 1]") from exc
+    if not 0.0 <= p <= 1.0:
+        raise ConfigError(f"--speculator-model {spec}: P must be in [0, 1]")
+    return p
+
+
+class _Setup:
+    """Everything a speculative run needs, validated before any task starts."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.modes = _modes(args.mode)
+        self.oracle = args.agent == "oracle"
+        if not self.oracle and not args.solo:
+            raise ConfigError("speculative execution runs solo-mode episodes: add --solo (or use --agent oracle)")
+        self.noisy_p = _noisy_p(args.speculator_model)
+        if self.noisy_p is not None and not self.oracle:
+            raise ConfigError("noisy-oracle speculators need the gold calls: use them with --agent oracle")
+        needs_speculator = any(m != "sequential" for m in self.modes)
+        if needs_speculator and self.noisy_p is None and _role_config(args, "speculator", "speculator") is None:
+            raise ConfigError("modes sa and smc need --speculator-model (a model, or noisy-oracle:P with --agent oracle)")
+        self.latency = LatencyModel.load(args.latency_model) if args.latency_model else None
+        self.macros = MacroLibrary.load(args.macros) if args.macros else None
+        simulated_only = self.oracle and (self.noisy_p is not None or not needs_speculator)
+        self.virtual_clock = self.latency is not None and simulated_only
+        if args.resume and not args.out:
+            raise ConfigError("--resume needs --out DIR (the run log lives there)")
+        self.out = Path(args.out) if args.out else None
+
+
+async def _run_mode(setup: _Setup, bench: Any, mode: str, jobs: list[tuple[Any, int]], clients: dict[str, ModelClient | None]) -> list[Any]:
+    args = setup.args
+    config = ExecutorConfig(mode=mode, depth=args.depth, l_min=args.l_min, seed=args.seed,  # type: ignore[arg-type]
+                            max_calls=max(1, (args.max_steps - 1) // 2), max_errors=args.max_errors)
+    log_path = setup.out / f"run-{mode}.log.jsonl" if setup.out else None
+    previous = RunLog.read(log_path) if (log_path and args.resume) else {}
+    if log_path and not args.resume and log_path.exists():
+        log_path.unlink()
+    log = RunLog(log_path) if log_path else None
+    distractors = bench.distractors() if setup.noisy_p is not None else []
+    tools = bench.solo_tools()
+
+    def policies(task: Any) -> tuple[Policy, Policy | None]:
+        gold = bench.gold_calls(task)
+        if setup.oracle:
+            authority: Policy = OracleAuthority(gold)
+        else:
+            authority = LLMPolicy(clients["agent"], bench.agent_prompt(task, solo=True), tools)  # type: ignore[arg-type]
+        if mode == "sequential":
+            return authority, None
+        if setup.noisy_p is not None:
+            return authority, NoisyOracleSpeculator(gold, setup.noisy_p, distractors, task_id=task.id, seed=args.seed)
+        prompt = bench.agent_prompt(task, solo=True)
+        return authority, LLMPolicy(clients["speculator"], prompt, tools, queue_extra_calls=False)  # type: ignore[arg-type]
+
+    async def one(job: tuple[Any, int]) -> Any:
+        task, trial = job
+        logged: TaskLog | None = previous.get(f"{task.id}#{trial}")
+        if logged is not None and logged.result is not None:
+            stored = logged.result
+            return LoggedEpisode(task.id, stored["reward"], stored.get("error"), stored)
+        authority, speculator = policies(task)
+        episode = await bench.run_speculative_episode(
+            task, authority, speculator, config=config, macros=setup.macros, latency=setup.latency,
+            log=log, resumed=logged, trial=trial,
+        )
+        if log is not None:
+            log.finish(f"{task.id}#{trial}", episode.record())
+        return episode
+
+    try:
+        return await run_jobs(jobs, one, concurrency=args.concurrency, progress=not args.no_progress, label=mode)
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _metrics_of(episodes: list[Any]) -> list[ExecutionMetrics]:
+    out = []
+    for episode in episodes:
+        execution = episode.record().get("execution") or {}
+        out.append(ExecutionMetrics(**execution.get("metrics", {})))
+    return out
+
+
+def _mode_summary(mode: str, episodes: list[Any], wall_s: float) -> dict[str, Any]:
+    metrics = _metrics_of(episodes)
+    return {"mode": mode} | summarize(episodes, wall_s) | aggregate(metrics)
+
+
+async def _main(setup: _Setup, bench: Any, jobs: list[tuple[Any, int]]) -> dict[str, dict[str, Any]]:
+    args = setup.args
+    async with AsyncExitStack() as stack:
+        clients: dict[str, ModelClient | None] = {"agent": None, "speculator": None}
+        for role in ("agent", "speculator"):
+            if role == "agent" and setup.oracle or role == "speculator" and setup.noisy_p is not None:
+                continue
+            config = _role_config(args, role, role)
+            if config is not None:
+                clients[role] = await stack.enter_async_context(ModelClient(config))
+                await _preflight(clients[role])  # type: ignore[arg-type]
+        results: dict[str, dict[str, Any]] = {}
+        for mode in setup.modes:
+            started = time.perf_counter()
+            episodes = await _run_mode(setup, bench, mode, jobs, clients)
+            results[mode] = {"summary": _mode_summary(mode, episodes, time.perf_counter() - started), "episodes": episodes}
+        return results
+
+
+def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
+    setup = _Setup(args)
+    bench = bench_class(args.bench).from_data_dir(args.data_dir, max_steps=args.max_steps, max_errors=args.max_errors)
+    task_ids = [t.strip() for t in args.task_ids.split(",") if t.strip()] if args.task_ids else None
+    tasks = bench.tasks(args.split, task_ids, args.limit)
+    jobs = [(task, trial) for trial in range(args.trials) for task in tasks]
+    started = time.perf_counter()
+    if setup.virtual_clock:
+        from trio.testing import MockClock
+
+        results = anyio.run(_main, setup, bench, jobs, backend="trio", backend_options={"clock": MockClock(autojump_threshold=0)})
+    else:
+        results = anyio.run(_main, setup, bench, jobs)
+    summaries = {mode: r["summary"] for mode, r in results.items()}
+    last = summaries[setup.modes[-1]]
+    summary: dict[str, Any] = {"bench": args.bench, "split": args.split if not task_ids else "task-ids",
+                               "agent": "oracle" if setup.oracle else "llm", "speculator": args.speculator_model}
+    summary |= last
+    summary["wall_s"] = round(time.perf_counter() - started, 3)
+    summary["clock"] = "virtual (trio MockClock, autojump)" if setup.virtual_clock else "wall"
+    summary["latency_model"] = setup.latency.name if setup.latency else None
+    summary["macros"] = args.macros
+    summary["modes"] = summaries
+    if "sequential" in summaries:
+        base = summaries["sequential"]["mean_task_wall_s"]
+        summary["wall_ratio_vs_sequential"] = {
+            mode: round(base / s["mean_task_wall_s"], 4) if s["mean_task_wall_s"] else None for mode, s in summaries.items()
+        }
+    if setup.out:
+        setup.out.mkdir(parents=True, exist_ok=True)
+        dump = {"summary": summary, "episodes": {m: [e.record() for e in r["episodes"]] for m, r in results.items()}}
+        (setup.out / "results.json").write_text(json.dumps(dump, indent=1), encoding="utf-8")
+        summary["results"] = str(setup.out / "results.json")
+    if args.timeline:
+        from agentspec.runtime.timeline import plot_timeline
+
+        episode = results[setup.modes[-1]]["episodes"][0].record()
+        plot_timeline(episode["execution"]["timeline"], Path(args.timeline), title=f"{episode['task_id']} ({setup.modes[-1]})")
+        summary["timeline"] = args.timeline
+    return summary

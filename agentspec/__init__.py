@@ -15,6 +15,8 @@ from agentspec.errors import (
     ToolError,
     ToolNotFound,
 )
+from agentspec.api import Executor, RunResult
+from agentspec.models import ModelClient, ModelConfig
 from agentspec.tools import Toolkit, render_result, spec_from_function, tool
 from agentspec.types import (
     Effect,
@@ -35,7 +37,10 @@ __all__ = [
     "DataError",
     "Effect",
     "EnvError",
+    "Executor",
     "Message",
+    "ModelClient",
+    "ModelConfig",
     "ModelError",
     "ModelOutputError",
     "ModelRequestError",
@@ -43,6 +48,7 @@ __all__ = [
     "ModelUnavailable",
     "Observation",
     "ReplayMismatch",
+    "RunResult",
     "SnapshotError",
     "Step",
     "TerminationReason",

@@ -8,6 +8,7 @@ new environment instead of patching one in place.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import pickle
 from collections.abc import Callable
@@ -32,24 +33,32 @@ class StateSnapshot:
 
     data: bytes
     canonical: Callable[[Any], str] | None = field(default=None, compare=False, repr=False)
+    copy: Any = field(default=None, compare=False, repr=False)
+    """For state that cannot be pickled (classes defined at run time...): a private deep copy."""
 
     @classmethod
     def of(cls, state: Any, canonical: Callable[[Any], str] | None = None) -> StateSnapshot:
-        """Freeze ``state`` (anything picklable)."""
+        """Freeze ``state``: pickled when it can be, deep-copied otherwise."""
         try:
             data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            raise SnapshotError(f"state cannot be snapshotted: {exc}") from exc
+        except (pickle.PicklingError, TypeError, AttributeError):
+            try:
+                return cls(data=b"", canonical=canonical, copy=copy.deepcopy(state))
+            except Exception as exc:  # noqa: BLE001 - whatever deepcopy trips on, say why
+                raise SnapshotError(f"state can be neither pickled nor copied: {exc}") from exc
         return cls(data=data, canonical=canonical)
 
     @cached_property
     def digest(self) -> str:
-        basis = self.data if self.canonical is None else self.canonical(self.load()).encode()
+        if self.canonical is not None:
+            basis = self.canonical(self.load()).encode()
+        else:
+            basis = self.data if self.copy is None else repr(self.copy).encode()
         return hashlib.sha256(basis).hexdigest()
 
     def load(self) -> Any:
         """A fresh, independent copy of the state."""
-        return pickle.loads(self.data)
+        return pickle.loads(self.data) if self.copy is None else copy.deepcopy(self.copy)
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ from toy_env import KVEnvironment
 from trio.testing import MockClock
 
 from agentspec.mining.library import Macro, MacroLibrary, MacroStep
-from agentspec.runtime.executor import Executor, ExecutorConfig
+from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
 from agentspec.runtime.policies import Decision
 from agentspec.runtime.runlog import RunLog
 from agentspec.snapshot import InProcessBackend
@@ -110,7 +110,7 @@ async def execute(script, seed, mode, p_right, p_stale, with_macros, depth, log=
     speculator = RandomSpeculator(authority, rng, p_right, p_stale, slowness=rng.choice([0.05, 0.5, 2.0]))
     macros = macros_from(script, rng, 3) if with_macros else None
     backend = InProcessBackend(initial or KVEnvironment())
-    executor = Executor(backend, authority, speculator if mode != "sequential" else None,
+    executor = ExecutionLoop(backend, authority, speculator if mode != "sequential" else None,
                         config=ExecutorConfig(mode=mode, depth=depth, max_errors=100), macros=macros, log=log,
                         task_id="toy", checkpoint=lambda: backend.live.snapshot().data)
     if stop_after is None:
@@ -174,7 +174,7 @@ def test_a_right_speculator_commits_and_macros_skip_the_authority():
         authority = ScriptAuthority(SCRIPT, think=2.0)
         speculator = RandomSpeculator(authority, random.Random(0), 1.0, 0.0, slowness=0.1)
         backend = InProcessBackend(KVEnvironment())
-        executor = Executor(backend, authority, speculator, config=ExecutorConfig(mode=mode), macros=macros)
+        executor = ExecutionLoop(backend, authority, speculator, config=ExecutorConfig(mode=mode), macros=macros)
         return backend, await executor.run()
 
     library = MacroLibrary(macros=[Macro(id="incr-get", n=10, k=10, lcb=0.8, steps=[
@@ -198,7 +198,7 @@ def test_inconsistent_slots_block_a_macro():
         speculator = RandomSpeculator(authority, random.Random(0), 1.0, 0.0, slowness=0.1)
         library = MacroLibrary(macros=[Macro(id="bad", n=10, k=10, lcb=0.8, steps=[
             MacroStep(name="incr", arguments={"key": {"$slot": "k"}}), MacroStep(name="incr", arguments={"key": {"$slot": "k"}})])])
-        return await Executor(InProcessBackend(KVEnvironment()), authority, speculator, config=ExecutorConfig(mode="smc"), macros=library).run()
+        return await ExecutionLoop(InProcessBackend(KVEnvironment()), authority, speculator, config=ExecutorConfig(mode="smc"), macros=library).run()
 
     result = run_trio(go)
     assert "macro" not in [s.source for s in result.steps]  # incr a then incr b: slot k cannot be both
@@ -209,7 +209,7 @@ def test_a_wrong_speculator_wastes_work_but_changes_nothing():
         authority = ScriptAuthority(SCRIPT, think=2.0)
         speculator = RandomSpeculator(authority, random.Random(1), 0.0, 0.0, slowness=0.1)
         backend = InProcessBackend(KVEnvironment())
-        return backend, await Executor(backend, authority, speculator, config=ExecutorConfig(mode="sa")).run()
+        return backend, await ExecutionLoop(backend, authority, speculator, config=ExecutorConfig(mode="sa")).run()
 
     backend, result = run_trio(go)
     assert result.metrics.drafts_discarded > 0
@@ -221,7 +221,7 @@ def test_resume_after_a_kill_mid_run(tmp_path):
     async def go(log, resumed, initial, stop_after):
         authority = ScriptAuthority(SCRIPT, think=2.0)
         backend = InProcessBackend(initial or KVEnvironment())
-        executor = Executor(backend, authority, RandomSpeculator(authority, random.Random(0), 1.0, 0.0, slowness=0.1),
+        executor = ExecutionLoop(backend, authority, RandomSpeculator(authority, random.Random(0), 1.0, 0.0, slowness=0.1),
                             config=ExecutorConfig(mode="sa"), log=log, task_id="toy",
                             checkpoint=lambda: backend.live.snapshot().data)
         with anyio.move_on_after(stop_after):

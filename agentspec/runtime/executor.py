@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 
@@ -84,6 +84,8 @@ class ExecutionResult:
     metrics: ExecutionMetrics
     timeline: Timeline
     note: str | None = None
+    final: dict[str, Any] | None = None
+    """Arguments of the authority's closing ``done`` call, if it gave any."""
 
 
 @dataclass
@@ -102,7 +104,7 @@ class ExecutorConfig:
             raise ConfigError("depth and l_min must be >= 1")
 
 
-class Executor:
+class ExecutionLoop:
     """Runs one task's agent loop with speculation (see module docstring)."""
 
     def __init__(
@@ -136,6 +138,7 @@ class Executor:
         self._rng = random.Random(self.config.seed)
         self._errors = 0
         self._snapshot_failures = 0
+        self._final: dict[str, Any] | None = None
         self._t0 = 0.0
 
     # ------------------------------------------------------------------ main loop
@@ -156,6 +159,7 @@ class Executor:
                     break
                 decision = await self._ask_authority()
                 if decision.call is None and decision.invalid is None:
+                    self._final = decision.final
                     if decision.text is not None:
                         termination, note = TerminationReason.AGENT_ERROR, "the authority answered without a tool call"
                     break
@@ -166,7 +170,7 @@ class Executor:
             group.cancel_scope.cancel()
         await self._reset_chain(count_waste=True)
         self.metrics.wall_s = anyio.current_time() - self._t0
-        return ExecutionResult(self.steps, termination, self.metrics, self.timeline, note)
+        return ExecutionResult(self.steps, termination, self.metrics, self.timeline, note, self._final)
 
     def _adopt(self, resumed: TaskLog) -> None:
         for record in resumed.steps:
@@ -399,6 +403,7 @@ class Executor:
             if draft in self._chain:
                 self._chain.remove(draft)
             self._snapshot_failures += 1
+            self.metrics.snapshot_failures += 1
             self._chain_end = self._snapshot_failures >= 3
         else:
             self._snapshot_failures = 0

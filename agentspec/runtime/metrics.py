@@ -39,6 +39,7 @@ class ExecutionMetrics:
     wasted_tool_calls: int = 0
     wasted_tokens: int = 0
     speculative_tool_calls: int = 0
+    snapshot_failures: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -16,7 +16,7 @@ import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentspec.models import ModelClient
 from agentspec.runtime.latency import estimate_tokens
@@ -35,6 +35,8 @@ class Decision:
     output_tokens: int = 0
     text: str | None = None
     """Text the model wrote instead of a call (a protocol error in solo mode)."""
+    final: dict[str, Any] | None = None
+    """The arguments of the ``done`` call that ended the task (e.g. a final answer)."""
 
 
 class Policy(Protocol):
@@ -141,7 +143,7 @@ class LLMPolicy:
                 return Decision(call=None, invalid=result.invalid_tool_calls[0], **tokens)
             return Decision(call=None, text=result.message.content or "", **tokens)
         if calls[0].name == self.done_tool:
-            return Decision(call=None, **tokens)
+            return Decision(call=None, final=calls[0].arguments, **tokens)
         if self.queue_extra_calls:
             self._queued = [c for c in calls[1:] if c.name != self.done_tool]
         return Decision(call=calls[0], **tokens)

@@ -15,7 +15,7 @@ from agentspec.errors import AgentSpecError
 from agentspec.models import ModelClient
 from agentspec.env import StateSnapshot
 from agentspec.mining.library import MacroLibrary
-from agentspec.runtime.executor import CommittedStep, Executor, ExecutorConfig
+from agentspec.runtime.executor import CommittedStep, ExecutionLoop, ExecutorConfig
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.policies import Policy
 from agentspec.runtime.runlog import RunLog, TaskLog
@@ -208,7 +208,7 @@ class TelecomBench:
         if resumed is not None and resumed.checkpoint is not None:
             env = env.restore(StateSnapshot(data=resumed.checkpoint))
         backend = InProcessBackend(env)
-        executor = Executor(
+        executor = ExecutionLoop(
             backend, authority, speculator, config=config, macros=macros, latency=latency, log=log,
             task_id=f"{task.id}#{trial}", checkpoint=lambda: backend.live.snapshot().data,
         )

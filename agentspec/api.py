@@ -1,0 +1,196 @@
+"""The Python API: your tools, your environment, two model endpoints, one call.
+
+    from agentspec import Executor, ModelConfig, Toolkit, tool
+
+    class Shop(Toolkit):
+        def __init__(self) -> None:
+            self.cart: list[str] = []
+
+        @tool("read_only")
+        def search(self, query: str) -> list[str]:
+            \"\"\"Find products.\"\"\"
+            ...
+
+        @tool("mutating")
+        def add_to_cart(self, item: str) -> str:
+            \"\"\"Put an item in the cart.\"\"\"
+            ...
+
+    executor = Executor(Shop(), authority=ModelConfig.for_role("agent"),
+                        speculator=ModelConfig.for_role("speculator"), mode="sa")
+    result = executor.run_sync("Buy a kettle")          # or: await executor.run(...)
+
+The environment can be a :class:`~agentspec.tools.Toolkit` instance (its
+state is forked by copying the object), a list of typed functions (stateless
+or talking to the outside world: only their ``read_only`` ones are ever run
+speculatively), any :class:`~agentspec.env.Environment`, or any
+:class:`~agentspec.snapshot.SnapshotBackend` (Docker, overlay filesystem,
+SQLite...).  The authority and speculator are :class:`ModelConfig` endpoints
+(any OpenAI-compatible server) or your own :class:`~agentspec.runtime.policies.Policy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import anyio
+
+from agentspec.env import Environment, StateSnapshot
+from agentspec.errors import ConfigError
+from agentspec.mining.library import MacroLibrary
+from agentspec.models import ModelClient, ModelConfig
+from agentspec.runtime.executor import CommittedStep, ExecutionLoop, ExecutionResult, ExecutorConfig
+from agentspec.runtime.latency import LatencyModel
+from agentspec.runtime.policies import LLMPolicy, Policy
+from agentspec.runtime.runlog import RunLog
+from agentspec.snapshot import InProcessBackend, SnapshotBackend
+from agentspec.tools import Toolkit, render_result, spec_from_function
+from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
+
+DEFAULT_PROMPT = (
+    "You are an agent that completes the user's task by calling tools, one call per turn. "
+    "When the task is complete, call `done` with your final answer."
+)
+DONE = ToolSpec(
+    name="done",
+    description="Finish the task and give the final answer.",
+    parameters={"type": "object", "properties": {"answer": {"type": "string"}}, "required": []},
+    effect=Effect.READ_ONLY,
+)
+
+
+class ToolkitEnvironment:
+    """A :class:`Toolkit` instance as an environment: its whole object is the state."""
+
+    def __init__(self, toolkit: Toolkit) -> None:
+        self.toolkit = toolkit
+
+    def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
+        return self.toolkit.specs()
+
+    def effect(self, name: str) -> Effect:
+        return self.toolkit.effect(name) if self.toolkit.has_tool(name) else Effect.MUTATING
+
+    def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
+        return self.toolkit.run(call, requestor)
+
+    def snapshot(self) -> StateSnapshot:
+        return StateSnapshot.of(self.toolkit)
+
+    def restore(self, snapshot: StateSnapshot) -> Self:
+        return type(self)(snapshot.load())
+
+
+class FunctionEnvironment:
+    """Plain typed functions as tools.  Their state is outside our reach, so forks cannot isolate them:
+    every function not marked ``read_only`` counts as ``external`` and never runs speculatively."""
+
+    def __init__(self, functions: Sequence[Callable[..., Any]]) -> None:
+        self.functions = {fn.__name__: fn for fn in functions}
+        self.specs = {name: spec_from_function(fn) for name, fn in self.functions.items()}
+
+    def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
+        return list(self.specs.values())
+
+    def effect(self, name: str) -> Effect:
+        spec = self.specs.get(name)
+        return Effect.READ_ONLY if spec and spec.effect is Effect.READ_ONLY else Effect.EXTERNAL
+
+    def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
+        fn = self.functions.get(call.name)
+        try:
+            if fn is None:
+                raise LookupError(f"Tool '{call.name}' not found.")
+            content = render_result(fn(**call.arguments))
+        except Exception as exc:  # noqa: BLE001 - a failing tool is an observation
+            return Observation(call_id=call.id, name=call.name, content=f"Error: {exc}", error=True, requestor=requestor)
+        return Observation(call_id=call.id, name=call.name, content=content, requestor=requestor)
+
+    def snapshot(self) -> StateSnapshot:
+        return StateSnapshot(data=b"")
+
+    def restore(self, snapshot: StateSnapshot) -> Self:
+        return self  # stateless from our side: read-only calls may share it
+
+
+def as_backend(env: Any) -> SnapshotBackend:
+    """Accept a backend, an environment, a toolkit or a list of functions."""
+    if isinstance(env, SnapshotBackend):
+        return env
+    if isinstance(env, Toolkit):
+        return InProcessBackend(ToolkitEnvironment(env))
+    if isinstance(env, (list, tuple)) and all(callable(fn) for fn in env):
+        return InProcessBackend(FunctionEnvironment(env))
+    if isinstance(env, Environment):
+        return InProcessBackend(env)
+    raise ConfigError(f"cannot use {type(env).__name__} as an environment: give a Toolkit, functions, an Environment or a SnapshotBackend")
+
+
+@dataclass
+class RunResult:
+    """What :meth:`Executor.run` returns."""
+
+    steps: list[CommittedStep]
+    answer: str | None
+    result: ExecutionResult
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self.result.metrics.as_dict()
+
+
+class Executor:
+    """Run tasks with an authoritative model and a speculator (modes ``sequential``, ``sa``, ``smc``)."""
+
+    def __init__(
+        self,
+        env: Any,
+        *,
+        authority: ModelConfig | Policy,
+        speculator: ModelConfig | Policy | None = None,
+        mode: str = "sa",
+        macros: MacroLibrary | str | Path | None = None,
+        latency: LatencyModel | str | None = None,
+        system_prompt: str = DEFAULT_PROMPT,
+        depth: int = 4,
+        max_calls: int = 50,
+        log: str | Path | None = None,
+    ) -> None:
+        self.backend = as_backend(env)
+        self.authority, self.speculator = authority, speculator
+        self.config = ExecutorConfig(mode=mode, depth=depth, max_calls=max_calls)  # type: ignore[arg-type]
+        self.macros = MacroLibrary.load(macros) if isinstance(macros, (str, Path)) else macros
+        self.latency = LatencyModel.load(latency) if isinstance(latency, str) else latency
+        self.system_prompt = system_prompt
+        self.log_path = Path(log) if log else None
+
+    async def run(self, task: str) -> RunResult:
+        """Work on ``task`` until the authority calls ``done``."""
+        async with AsyncExitStack() as stack:
+            tools = self.backend.tool_specs() + [DONE]
+            prompt = f"{self.system_prompt}\n\nTask: {task}"
+            authority = await self._policy(self.authority, stack, prompt, tools, queue=True)
+            speculator = await self._policy(self.speculator, stack, prompt, tools, queue=False) if self.speculator else None
+            log = RunLog(self.log_path) if self.log_path else None
+            if log is not None:
+                stack.callback(log.close)
+            loop = ExecutionLoop(self.backend, authority, speculator, config=self.config, macros=self.macros,
+                                 latency=self.latency, log=log, task_id=task[:80])
+            result = await loop.run()
+        answer = (result.final or {}).get("answer")
+        return RunResult(result.steps, str(answer) if answer is not None else None, result)
+
+    def run_sync(self, task: str) -> RunResult:
+        """:meth:`run` for code that is not async."""
+        return anyio.run(self.run, task)
+
+    @staticmethod
+    async def _policy(source: ModelConfig | Policy, stack: AsyncExitStack, prompt: str, tools: list[ToolSpec], *, queue: bool) -> Policy:
+        if isinstance(source, ModelConfig):
+            client = await stack.enter_async_context(ModelClient(source))
+            return LLMPolicy(client, prompt, tools, queue_extra_calls=queue)
+        return source

@@ -1,0 +1,98 @@
+"""`agentspec run --mode ...` on tau2-telecom: oracle authority, noisy-oracle or LLM speculator."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from scripted_openai_server import ScriptedOpenAIServer
+
+from agentspec.cli import main
+from agentspec.mining.library import Macro, MacroLibrary, MacroStep
+
+AIRPLANE = "[service_issue]airplane_mode_on[PERSONA:None]"
+
+
+def run(capsys, *argv):
+    code = main(["run", "--bench", "tau2-telecom", "--no-progress", *argv])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out.strip().splitlines()[-1])
+
+
+def test_sa_and_smc_keep_reward_and_beat_sequential_on_the_virtual_clock(tau2_dir, tmp_path, capsys):
+    summary = run(capsys, "--split", "base", "--agent", "oracle", "--mode", "sequential,sa,smc", "--speculator-model",
+                  "noisy-oracle:0.8", "--latency-model", "smc-paper", "--data-dir", str(tau2_dir), "--out", str(tmp_path),
+                  "--timeline", str(tmp_path / "timeline.png"))
+    for key in ("tasks", "reward_mean", "wall_s", "authority_calls", "commits_sa", "commits_macro", "wasted_tool_calls"):
+        assert key in summary
+    modes = summary["modes"]
+    assert summary["clock"].startswith("virtual") and summary["latency_model"] == "smc-paper"
+    assert all(modes[m]["reward_mean"] == 1.0 and modes[m]["tasks"] == 114 for m in modes)
+    assert modes["sa"]["mean_task_wall_s"] < modes["sequential"]["mean_task_wall_s"]
+    assert modes["smc"]["mean_task_wall_s"] <= modes["sa"]["mean_task_wall_s"] + 1e-9
+    assert summary["wall_ratio_vs_sequential"]["sa"] > 1.0
+    assert modes["sa"]["commits_sa"] > 0 and modes["sequential"]["commits_sa"] == 0
+    assert (tmp_path / "timeline.png").stat().st_size > 10_000
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["episodes"]) == {"sequential", "sa", "smc"}
+
+
+def test_smc_commits_macros_from_a_library(tau2_dir, tmp_path, capsys):
+    library = MacroLibrary(bench="tau2-telecom", parameters={"tau": 0.5}, macros=[
+        Macro(id="apn-fix", n=20, k=19, lcb=0.8, steps=[MacroStep(name="reset_apn_settings"), MacroStep(name="reboot_device")]),
+    ])
+    library.save(tmp_path / "macros.json")
+    summary = run(capsys, "--task-ids", "[service_issue]break_apn_settings[PERSONA:None]", "--agent", "oracle", "--mode", "sa,smc",
+                  "--speculator-model", "noisy-oracle:1.0", "--latency-model", "smc-paper", "--macros", str(tmp_path / "macros.json"),
+                  "--data-dir", str(tau2_dir), "--out", str(tmp_path))
+    assert summary["modes"]["smc"]["commits_macro"] == 1 and summary["modes"]["smc"]["authority_skipped"] == 1
+    assert summary["modes"]["smc"]["reward_mean"] == 1.0
+    assert summary["modes"]["smc"]["authority_calls"] == summary["modes"]["sa"]["authority_calls"] - 1
+    episode = json.loads((tmp_path / "results.json").read_text())["episodes"]["smc"][0]
+    assert episode["execution"]["sources"] == ["sa", "macro"] and episode["execution"]["macros_fired"] == ["apn-fix"]
+
+
+def test_resume_skips_finished_tasks(tau2_dir, tmp_path, capsys):
+    argv = ["--split", "small", "--agent", "oracle", "--mode", "sa", "--speculator-model", "noisy-oracle:0.7",
+            "--latency-model", "smc-paper", "--data-dir", str(tau2_dir), "--out", str(tmp_path)]
+    first = run(capsys, *argv)
+    log = (tmp_path / "run-sa.log.jsonl").read_text().splitlines()
+    commits = sum(1 for line in log if json.loads(line)["type"] == "commit")
+    again = run(capsys, *argv, "--resume")
+    assert again["reward_mean"] == first["reward_mean"] == 1.0
+    log_after = (tmp_path / "run-sa.log.jsonl").read_text().splitlines()
+    assert sum(1 for line in log_after if json.loads(line)["type"] == "commit") == commits  # nothing re-applied
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--mode", "turbo", "--agent", "oracle"], "unknown mode"),
+    (["--mode", "sa", "--agent", "oracle"], "--speculator-model"),
+    (["--mode", "sa", "--agent", "oracle", "--speculator-model", "noisy-oracle:2"], "in [0, 1]"),
+    (["--mode", "sa", "--agent-model", "http://127.0.0.1:9/v1#m", "--speculator-model", "noisy-oracle:0.5"], "--solo"),
+    (["--mode", "sa", "--agent", "oracle", "--speculator-model", "noisy-oracle:0.5", "--latency-model", "nope"], "preset"),
+    (["--mode", "smc", "--agent", "oracle", "--speculator-model", "noisy-oracle:0.5", "--macros", "/nonexistent.json"], "cannot read"),
+])
+def test_bad_flags_exit_2(tau2_dir, capsys, argv, message):
+    code = main(["run", "--bench", "tau2-telecom", "--data-dir", str(tau2_dir), "--limit", "1", "--no-progress", *argv])
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_llm_authority_and_llm_speculator_over_http(tau2_dir, tmp_path, capsys):
+    """A solo LLM authority and LLM speculator on real HTTP (scripted test double); the speculator is right."""
+    plan = [{"name": "toggle_airplane_mode", "arguments": {}}, {"name": "done", "arguments": {}}]
+
+    def responder(request):
+        step = sum(1 for m in request["messages"] if m["role"] == "tool")
+        reply = {"tool_calls": [plan[min(step, 1)]]}
+        if request["model"] == "authority":
+            reply["delay_s"] = 0.3  # the authority thinks longer than the speculator
+        return reply
+
+    with ScriptedOpenAIServer(responder, models=("authority", "speculator")) as srv:
+        summary = run(capsys, "--task-ids", AIRPLANE, "--solo", "--mode", "sequential,sa", "--agent-model",
+                      f"{srv.base_url}#authority", "--speculator-model", f"{srv.base_url}#speculator",
+                      "--data-dir", str(tau2_dir), "--out", str(tmp_path))
+    assert summary["clock"] == "wall"
+    assert summary["modes"]["sa"]["reward_mean"] == 1.0 and summary["modes"]["sa"]["commits_sa"] == 1
+    assert summary["modes"]["sequential"]["reward_mean"] == 1.0

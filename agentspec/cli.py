@@ -58,6 +58,8 @@ def _add_bench_commands(sub: Any) -> None:
     spec.add_argument("--latency-model", help="simulated latency: a preset name (smc-paper) or a JSON file")
     spec.add_argument("--depth", type=int, default=4, help="draft chain depth")
     spec.add_argument("--l-min", type=int, default=1, help="minimum decisions a macro commit must skip")
+    spec.add_argument("--verify-macros", action="store_true", help="check each macro commit against the authority and update n, k")
+    spec.add_argument("--macros-out", help="save the macro library with its online-updated n, k, lcb here")
     spec.add_argument("--seed", type=int, default=0)
     spec.add_argument("--resume", action="store_true", help="continue the run logged in --out without re-applying effects")
     spec.add_argument("--timeline", help="write a PNG timeline of the first task's episode (last mode) here")

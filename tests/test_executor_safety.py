@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass
 
 import anyio
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from toy_env import KVEnvironment
@@ -242,3 +243,36 @@ def test_resume_after_a_kill_mid_run(tmp_path):
     log.close()
     assert [s.call for s in resumed.steps] == SCRIPT
     assert backend.live.state["journal"] == ["put a 1", "incr a", "incr b", "reset b", "notify hi"]  # each effect once
+
+
+def test_online_updates_retire_a_macro_the_authority_disagrees_with():
+    script = [ToolCall(name="put", arguments={"key": "a", "value": 1}), ToolCall(name="incr", arguments={"key": "a"}),
+              ToolCall(name="get", arguments={"key": "a"})]
+    drafts = [script[0], ToolCall(name="incr", arguments={"key": "b"}), script[2]]
+
+    @dataclass
+    class Fixed:
+        simulated: bool = False
+
+        async def decide(self, history):
+            return Decision(call=drafts[len(history)] if len(history) < len(drafts) else None)
+
+    library = MacroLibrary(parameters={"tau": 0.5, "delta": 0.05}, macros=[Macro(id="wrong", n=5, k=5, lcb=0.61, steps=[
+        MacroStep(name="put", arguments={"key": "a", "value": 1}), MacroStep(name="incr", arguments={"key": "b"})])])
+
+    async def go():
+        authority = ScriptAuthority(script, think=2.0)
+        loop = ExecutionLoop(InProcessBackend(KVEnvironment()), authority, Fixed(), macros=library,
+                             config=ExecutorConfig(mode="smc", verify_macros=True))
+        return await loop.run()
+
+    first = run_trio(go)
+    assert [s.source for s in first.steps][:2] == ["sa", "macro"] and first.metrics.macro_disagreements == 1
+    macro = library.macros[0]
+    assert (macro.n, macro.k) == (6, 5)
+    from scipy.stats import beta
+
+    assert macro.lcb == pytest.approx(beta.ppf(0.05, 6, 2))
+    assert macro.lcb < 0.5 and library.active() == []
+    second = run_trio(go)
+    assert "macro" not in [s.source for s in second.steps]  # retired: it no longer fires

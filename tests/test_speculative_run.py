@@ -96,3 +96,17 @@ def test_llm_authority_and_llm_speculator_over_http(tau2_dir, tmp_path, capsys):
     assert summary["clock"] == "wall"
     assert summary["modes"]["sa"]["reward_mean"] == 1.0 and summary["modes"]["sa"]["commits_sa"] == 1
     assert summary["modes"]["sequential"]["reward_mean"] == 1.0
+
+
+def test_verified_macro_commits_update_the_saved_library(tau2_dir, tmp_path, capsys):
+    library = MacroLibrary(bench="tau2-telecom", parameters={"tau": 0.5}, macros=[
+        Macro(id="apn-fix", n=20, k=19, lcb=0.8, steps=[MacroStep(name="reset_apn_settings"), MacroStep(name="reboot_device")]),
+    ])
+    library.save(tmp_path / "macros.json")
+    summary = run(capsys, "--task-ids", "[service_issue]break_apn_settings[PERSONA:None]", "--trials", "2", "--agent", "oracle",
+                  "--mode", "smc", "--speculator-model", "noisy-oracle:1.0", "--latency-model", "smc-paper",
+                  "--macros", str(tmp_path / "macros.json"), "--verify-macros", "--macros-out", str(tmp_path / "out.json"),
+                  "--data-dir", str(tau2_dir))
+    assert summary["macro_firings"] == 2 and summary["macro_checks"] == 2 and summary["macro_disagreements"] == 0
+    updated = MacroLibrary.load(tmp_path / "out.json").macros[0]
+    assert (updated.n, updated.k) == (22, 21)

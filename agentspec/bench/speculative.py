@@ -93,7 +93,8 @@ class _Setup:
 async def _run_mode(setup: _Setup, bench: Any, mode: str, jobs: list[tuple[Any, int]], clients: dict[str, ModelClient | None]) -> list[Any]:
     args = setup.args
     config = ExecutorConfig(mode=mode, depth=args.depth, l_min=args.l_min, seed=args.seed,  # type: ignore[arg-type]
-                            max_calls=max(1, (args.max_steps - 1) // 2), max_errors=args.max_errors)
+                            max_calls=max(1, (args.max_steps - 1) // 2), max_errors=args.max_errors,
+                            verify_macros=args.verify_macros)
     log_path = setup.out / f"run-{mode}.log.jsonl" if setup.out else None
     previous = RunLog.read(log_path) if (log_path and args.resume) else {}
     if log_path and not args.resume and log_path.exists():
@@ -202,6 +203,10 @@ def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
         dump = {"summary": summary, "episodes": {m: [e.record() for e in r["episodes"]] for m, r in results.items()}}
         (setup.out / "results.json").write_text(json.dumps(dump, indent=1), encoding="utf-8")
         summary["results"] = str(setup.out / "results.json")
+    if args.macros_out and setup.macros is not None:
+        setup.macros.provenance["online_updates"] = {"runs": setup.modes, "split": args.split}
+        setup.macros.save(args.macros_out)
+        summary["macros_out"] = args.macros_out
     if args.timeline:
         from agentspec.runtime.timeline import plot_timeline
 

@@ -96,6 +96,9 @@ class ExecutorConfig:
     max_calls: int = 100
     max_errors: int = 10
     seed: int = 0
+    verify_macros: bool = False
+    """After a macro commit, ask the authority what it would have done at each skipped step and
+    update the macro's n, k (online reliability; a macro whose bound falls below tau stops firing)."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -346,10 +349,26 @@ class ExecutionLoop:
         usable = all(d.executable and d.sandbox is not None and d.observation is not None and not d.observation.error for d in drafts)
         if not usable or drafts[-1].sandbox is None or self.backend.live_token not in drafts[-1].sandbox.lineage:
             return
+        anchor = len(self.steps)
         await self._commit(drafts, "macro", macro=macro)
         self.metrics.commits_macro += rest
         self.metrics.authority_skipped += rest
         self.metrics.macro_firings += 1
+        if self.config.verify_macros:
+            await self._verify_macro(macro, anchor)
+
+    async def _verify_macro(self, macro: Macro, first: int) -> None:
+        """Would the authority have made the macro-committed calls?  Off the critical path: no simulated time."""
+        agreed = True
+        for index in range(first, len(self.steps)):
+            history = [(s.call, s.observation) for s in self.steps[:index]]
+            decision = await self.authority.decide(history)
+            self.metrics.macro_checks += 1
+            if decision.call != self.steps[index].call:
+                agreed = False
+                break
+        macro.observe(agreed, self.macros.delta if self.macros else 0.05)
+        self.metrics.macro_disagreements += int(not agreed)
 
     # ------------------------------------------------------------------ speculation
 

@@ -40,6 +40,8 @@ class ExecutionMetrics:
     wasted_tokens: int = 0
     speculative_tool_calls: int = 0
     snapshot_failures: int = 0
+    macro_checks: int = 0
+    macro_disagreements: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

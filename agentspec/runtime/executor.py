@@ -40,13 +40,25 @@ from agentspec.mining.library import Macro, MacroLibrary, align
 from agentspec.runtime.latency import LatencyModel, estimate_tokens
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.policies import Decision, History, Policy
+from agentspec.runtime.probe import Prober
 from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
+from agentspec.runtime.spork import Spork, SporkConfig
 from agentspec.snapshot import Sandbox, SnapshotBackend
 from agentspec.types import Effect, Observation, TerminationReason, ToolCall
 
 Mode = Literal["sequential", "sa", "smc"]
 MODES: tuple[Mode, ...] = ("sequential", "sa", "smc")
-Source = Literal["authority", "sa", "macro", "reuse", "invalid"]
+Source = Literal["authority", "sa", "macro", "reuse", "invalid", "spork"]
+
+
+def parse_mode(text: str) -> tuple[Mode, bool]:
+    """``"smc+spork"`` -> ("smc", True); ``"spork"`` -> ("sequential", True)."""
+    parts = [p for p in text.split("+") if p]
+    spork = "spork" in parts
+    rest = [p for p in parts if p != "spork"]
+    if len(rest) > 1 or (rest and rest[0] not in MODES) or not parts:
+        raise ConfigError(f"unknown mode {text!r}; choose sequential, sa, smc, spork, or X+spork")
+    return (rest[0] if rest else "sequential"), spork  # type: ignore[return-value]
 
 
 @dataclass
@@ -71,6 +83,9 @@ class Draft:
     observation: Observation | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     tokens: int = 0
+    scope: anyio.CancelScope | None = None
+    started: float | None = None
+    finished: float | None = None
 
     @property
     def executable(self) -> bool:
@@ -122,6 +137,8 @@ class ExecutionLoop:
         log: RunLog | None = None,
         task_id: str = "task",
         checkpoint: Callable[[], bytes | None] | None = None,
+        prober: Prober | None = None,
+        spork: SporkConfig | None = None,
     ) -> None:
         self.config = config or ExecutorConfig()
         if self.config.mode != "sequential" and speculator is None:
@@ -143,6 +160,8 @@ class ExecutionLoop:
         self._snapshot_failures = 0
         self._final: dict[str, Any] | None = None
         self._t0 = 0.0
+        self._group: anyio.abc.TaskGroup | None = None
+        self.spork = Spork(self, prober, spork or SporkConfig()) if prober is not None else None
 
     # ------------------------------------------------------------------ main loop
 
@@ -154,6 +173,7 @@ class ExecutionLoop:
         termination = TerminationReason.AGENT_STOP
         note = None
         async with anyio.create_task_group() as group:
+            self._group = group
             if self.config.mode != "sequential":
                 group.start_soon(self._speculate)
             while True:
@@ -163,6 +183,8 @@ class ExecutionLoop:
                 decision = await self._ask_authority()
                 if decision.call is None and decision.invalid is None:
                     self._final = decision.final
+                    if self.spork is not None:
+                        await self.spork.abandon()
                     if decision.text is not None:
                         termination, note = TerminationReason.AGENT_ERROR, "the authority answered without a tool call"
                     break
@@ -187,8 +209,11 @@ class ExecutionLoop:
 
     async def _ask_authority(self) -> Decision:
         started = anyio.current_time()
-        decision = await self.authority.decide(self._history())
-        await self._simulate_model(self.authority, "authority", decision)
+        if self.spork is not None and self._group is not None:
+            decision = await self.spork.decide(self.authority, self._history(), self._group)
+        else:
+            decision = await self.authority.decide(self._history())
+            await self._simulate_model(self.authority, "authority", decision)
         ended = anyio.current_time()
         self.metrics.authority_calls += 1
         self.metrics.authority_wait_s += ended - started
@@ -216,6 +241,8 @@ class ExecutionLoop:
 
     async def _settle(self, decision: Decision) -> None:
         if decision.invalid is not None:
+            if self.spork is not None:
+                await self.spork.abandon()
             bad = decision.invalid
             content = f"Error: the arguments of {bad.name!r} are not a valid JSON object ({bad.error})"
             call = ToolCall(name=bad.name or "invalid", arguments={}, id=bad.id)
@@ -224,6 +251,9 @@ class ExecutionLoop:
             return
         call = decision.call
         assert call is not None
+        if self.spork is not None and await self.spork.settle(call):
+            await self._reset_chain(count_waste=True)  # drafts forked before this commit are stale
+            return
         if self.config.mode != "sequential":
             if await self._confirm_first_draft(call):
                 return

@@ -42,6 +42,15 @@ class ExecutionMetrics:
     snapshot_failures: int = 0
     macro_checks: int = 0
     macro_disagreements: int = 0
+    probes: int = 0
+    probe_hits: int = 0
+    probe_name_hits: int = 0
+    probe_tokens: int = 0
+    gated_out: int = 0
+    invalid_probes: int = 0
+    early_dispatches: int = 0
+    commits_spork: int = 0
+    time_overlapped_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentspec.errors import ModelOutputError
 from agentspec.models import ModelClient
+from agentspec.models.result import ChatResult, TextDelta
 from agentspec.runtime.latency import estimate_tokens
 from agentspec.types import InvalidToolCall, Message, Observation, ToolCall, ToolSpec
 
@@ -128,13 +130,28 @@ class LLMPolicy:
     async def decide(self, history: History) -> Decision:
         if self._queued:
             return Decision(call=self._queued.pop(0))
-        result = await self.client.chat(
-            history_messages(self.system_prompt, history),
-            tools=self.tools,
-            tool_choice="required",
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-        )
+        result = await self.client.chat(history_messages(self.system_prompt, history), **self._request())
+        return self._decision(result)
+
+    async def decide_streaming(self, history: History, progress: Callable[[str, int], Awaitable[None]]) -> Decision:
+        """Like :meth:`decide`, reporting the text so far and a token count as the answer streams in."""
+        if self._queued:
+            return Decision(call=self._queued.pop(0))
+        text, tokens = "", 0
+        async with self.client.stream_chat(history_messages(self.system_prompt, history), **self._request()) as stream:
+            async for event in stream:
+                if isinstance(event, ChatResult):
+                    return self._decision(event)
+                tokens += 1
+                if isinstance(event, TextDelta):
+                    text += event.text
+                await progress(text, tokens)
+        raise ModelOutputError("the stream ended without a result")
+
+    def _request(self) -> dict[str, Any]:
+        return {"tools": self.tools, "tool_choice": "required", "temperature": self.temperature, "max_tokens": self.max_tokens}
+
+    def _decision(self, result: ChatResult) -> Decision:
         usage = result.usage
         tokens = {"prompt_tokens": usage.prompt_tokens if usage else 0, "output_tokens": usage.completion_tokens if usage else 0}
         calls = result.message.tool_calls

@@ -18,6 +18,8 @@ from agentspec.mining.library import MacroLibrary
 from agentspec.runtime.executor import CommittedStep, ExecutionLoop, ExecutorConfig
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.policies import Policy
+from agentspec.runtime.probe import Prober
+from agentspec.runtime.spork import SporkConfig
 from agentspec.runtime.runlog import RunLog, TaskLog
 from agentspec.snapshot import InProcessBackend
 from agentspec.types import InvalidToolCall, Message, Requestor, TerminationReason, ToolCall, ToolSpec, Trajectory
@@ -201,6 +203,8 @@ class TelecomBench:
         log: RunLog | None = None,
         resumed: TaskLog | None = None,
         trial: int = 0,
+        prober: Prober | None = None,
+        spork: SporkConfig | None = None,
     ) -> Episode:
         """One solo episode through the speculative executor, scored like any other."""
         started = time.perf_counter()
@@ -210,7 +214,7 @@ class TelecomBench:
         backend = InProcessBackend(env)
         executor = ExecutionLoop(
             backend, authority, speculator, config=config, macros=macros, latency=latency, log=log,
-            task_id=f"{task.id}#{trial}", checkpoint=lambda: backend.live.snapshot().data,
+            task_id=f"{task.id}#{trial}", checkpoint=lambda: backend.live.snapshot().data, prober=prober, spork=spork,
         )
         error = evaluation = None
         trajectory = Trajectory(task_id=task.id)
@@ -222,7 +226,8 @@ class TelecomBench:
             error = f"{type(exc).__name__}: {exc}"
             result = None
         execution = {
-            "mode": config.mode,
+            "mode": config.mode + ("+spork" if prober is not None else ""),
+            "spork_cost_model": executor.spork.report() if executor.spork is not None else None,
             "metrics": executor.metrics.as_dict(),
             "sources": [s.source for s in executor.steps],
             "macros_fired": sorted({s.macro_id for s in executor.steps if s.macro_id}),

@@ -1,0 +1,159 @@
+"""SPORK probes: fork the authority's own prefix, force the call opening, read the call early.
+
+While the authority is still decoding (reasoning), a probe request sends the
+same conversation plus the authority's partial output and the model's own
+tool-call opening as an unfinished assistant message, with a small
+``max_tokens`` and logprobs.  The continuation is the call the authority is
+about to make; its confidence is ``exp(min token logprob)`` over the call's
+tokens, skipping the first (the opening makes the first token the least
+informative: it is mostly the tool name's first piece, forced by context)::
+
+    >>> confidence([-0.9, -0.01, -0.05, -0.02])
+    0.951...
+
+A probe that clears the gate and validates against the tool's schema is
+dispatched into a fork (see :mod:`agentspec.runtime.executor`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agentspec.errors import ModelError
+from agentspec.models import ModelClient
+from agentspec.models.parsing import extract_tool_calls
+from agentspec.runtime.latency import estimate_tokens
+from agentspec.runtime.policies import History, gold_pointer, history_messages
+from agentspec.types import Message, ToolCall, ToolSpec
+
+FENCED_OPENING = '```json\n{"name": "'
+"""The Qwen2.5-coder models write calls as fenced json blocks."""
+HERMES_OPENING = '</think>\n\n<tool_call>\n{"name": "'
+"""Qwen3-style hermes models: close the reasoning, open the call."""
+
+
+@dataclass
+class ProbeResult:
+    call: ToolCall | None
+    confidence: float
+    tokens: int = 0
+    text: str = ""
+
+
+class Prober(Protocol):
+    simulated: bool
+
+    async def probe(self, history: History, partial: str) -> ProbeResult:
+        """Guess the call the authority is about to make, given its output so far."""
+        ...
+
+
+def confidence(logprobs: Sequence[float]) -> float:
+    """exp(min logprob) over the tokens, skipping the first; 0 when there is nothing to judge."""
+    judged = list(logprobs[1:])
+    return math.exp(min(judged)) if judged else 0.0
+
+
+_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
+
+
+def schema_errors(arguments: dict[str, Any], spec: ToolSpec) -> list[str]:
+    """Why ``arguments`` do not fit ``spec.parameters`` (required, unknown keys, primitive types)."""
+    schema = spec.parameters or {}
+    properties: dict[str, Any] = schema.get("properties", {})
+    errors = [f"missing {name}" for name in schema.get("required", []) if name not in arguments]
+    for name, value in arguments.items():
+        if name not in properties:
+            if schema.get("additionalProperties", True) is False or properties:
+                errors.append(f"unknown argument {name}")
+            continue
+        expected = properties[name].get("type")
+        kinds = _JSON_TYPES.get(expected) if isinstance(expected, str) else None
+        if kinds is not None and (not isinstance(value, kinds) or (expected in ("integer", "number") and isinstance(value, bool))):
+            errors.append(f"{name} should be {expected}")
+        if "enum" in properties[name] and value not in properties[name]["enum"]:
+            errors.append(f"{name} not one of {properties[name]['enum']}")
+    return errors
+
+
+@dataclass
+class LLMProber:
+    """Probes an OpenAI-compatible endpoint that can continue a final assistant message.
+
+    The request carries ``continue_final_message`` / ``add_generation_prompt``
+    in its body, as vLLM and ``agentspec serve`` understand them; the prefix
+    cache makes the shared prompt nearly free.
+    """
+
+    client: ModelClient
+    system_prompt: str
+    opening: str = FENCED_OPENING
+    max_tokens: int = 48
+    simulated: bool = False
+
+    async def probe(self, history: History, partial: str) -> ProbeResult:
+        messages = history_messages(self.system_prompt, history)
+        messages.append(Message(role="assistant", content=partial + self.opening))
+        try:
+            result = await self.client.chat(
+                messages, max_tokens=self.max_tokens, temperature=0.0, logprobs=True,
+                extra_body={"continue_final_message": True, "add_generation_prompt": False},
+            )
+        except ModelError:
+            return ProbeResult(None, 0.0)
+        text = result.message.content or ""
+        logprobs = [t.logprob for t in result.logprobs or []]
+        tokens = result.usage.completion_tokens if result.usage else len(logprobs)
+        call = parse_probe(self.opening, text)
+        return ProbeResult(call, confidence(logprobs) if call else 0.0, tokens, text)
+
+
+def parse_probe(opening: str, continuation: str) -> ToolCall | None:
+    """The call in ``opening + continuation``, if it parses (possibly cut off after the arguments)."""
+    body = opening[opening.index("{"):] + continuation
+    found, _ = extract_tool_calls(body)
+    if not found:
+        # a cut-off block: close what the probe opened and try once more
+        end = body.rfind("}")
+        candidate = body[: end + 1] if end >= 0 else body
+        try:
+            found = [json.loads(candidate)]
+        except json.JSONDecodeError:
+            return None
+    first = found[0]
+    if "error" in first or not isinstance(first.get("arguments", {}), dict) or not isinstance(first.get("name"), str):
+        return None
+    return ToolCall(name=first["name"], arguments=first.get("arguments") or {})
+
+
+@dataclass
+class SimulatedProber:
+    """For studying SPORK on simulated authorities: right with probability ``p_hit``.
+
+    A right probe reports high confidence (uniform in [0.85, 1)); a wrong one
+    low or high at random (so the gate matters); draws are seeded by the context.
+    """
+
+    gold: list[ToolCall]
+    p_hit: float
+    distractors: list[ToolCall] = field(default_factory=list)
+    task_id: str = ""
+    seed: int = 0
+    simulated: bool = True
+
+    async def probe(self, history: History, partial: str) -> ProbeResult:
+        pointer = gold_pointer(self.gold, history)
+        truth = self.gold[pointer] if pointer < len(self.gold) else None
+        context = "|".join(call.canonical() for call, _ in history) + f"|{len(partial)}"
+        rng = random.Random(int.from_bytes(hashlib.sha256(f"{self.seed}|{self.task_id}|{context}".encode()).digest()[:8], "big"))
+        if truth is not None and rng.random() < self.p_hit:
+            return ProbeResult(truth, 0.85 + 0.15 * rng.random(), estimate_tokens(truth.canonical()))
+        wrong = [d for d in self.distractors if d != truth]
+        call = rng.choice(wrong) if wrong else None
+        return ProbeResult(call, rng.random(), estimate_tokens(call.canonical()) if call else 1)

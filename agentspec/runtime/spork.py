@@ -1,0 +1,231 @@
+"""SPORK inside the executor: probe while the authority decodes, dispatch early, commit on a match.
+
+:class:`Spork` wraps one authority decision:
+
+1. the authority's request streams; after its first token, and every
+   ``probe_every`` tokens while it is still going, a probe is sent (one at a
+   time, in its own task: a slow probe never delays the authority);
+2. a probe whose call clears the gate (``exp(min logprob)`` >= ``gate``,
+   per-tool overrides) and validates against the tool's schema is dispatched
+   into a fork of the live state, unless the cost model says it does not pay
+   or the tool is ``external``;
+3. when the authority's call arrives, an equal dispatched call is committed
+   with its observation (no second execution); a different one is discarded
+   and its work cancelled for real.
+
+Simulated authorities (``policy.simulated``) get their decode time from the
+latency model in chunks of ``probe_every`` tokens, so probes interleave with it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from agentspec.errors import ConfigError
+from agentspec.runtime.cost_model import CostModel
+from agentspec.runtime.policies import Decision, History, Policy
+from agentspec.runtime.probe import Prober, ProbeResult, schema_errors
+from agentspec.types import Effect, ToolCall
+
+if TYPE_CHECKING:
+    from agentspec.runtime.executor import Draft, ExecutionLoop
+
+
+@dataclass
+class SporkConfig:
+    gate: float = 0.90
+    per_tool_gate: dict[str, float] = field(default_factory=dict)
+    probe_every: int = 16
+    cost_model: bool = True
+    contention: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gate <= 1.0 or self.probe_every < 1:
+            raise ConfigError("the SPORK gate must be in [0, 1] and probe_every >= 1")
+
+    def gate_for(self, tool: str) -> float:
+        return self.per_tool_gate.get(tool, self.gate)
+
+
+Progress = Callable[[str, int], Awaitable[None]]
+
+
+class Spork:
+    """Probing and early dispatch for one executor (see module docstring)."""
+
+    def __init__(self, loop: ExecutionLoop, prober: Prober, config: SporkConfig) -> None:
+        self.loop, self.prober, self.config = loop, prober, config
+        self.metrics = loop.metrics
+        self.cost = CostModel(contention=config.contention, enabled=config.cost_model)
+        self.dispatched: Draft | None = None
+        self._probed: list[tuple[ProbeResult, float]] = []
+        self._decision_end = 0.0
+
+    # -- one authority decision ---------------------------------------------------------
+
+    async def decide(self, authority: Policy, history: History, group: anyio.abc.TaskGroup) -> Decision:
+        """The authority's decision, with probes running beside it."""
+        self._probed = []
+        send, receive = anyio.create_memory_object_stream[tuple[str, int]](math.inf)
+        async with anyio.create_task_group() as probes:
+            probes.start_soon(self._probe_loop, receive, history, group)
+            async with send:
+                decision = await self._stream(authority, history, send)
+            probes.cancel_scope.cancel()  # an unfinished probe is abandoned, its request aborted
+        self._decision_end = anyio.current_time()
+        return decision
+
+    async def _stream(self, authority: Policy, history: History, send: MemoryObjectSendStream[tuple[str, int]]) -> Decision:
+        async def progress(text: str, tokens: int) -> None:
+            await send.send((text, tokens))
+
+        if authority.simulated:
+            decision = await authority.decide(history)
+            await self._simulate_decode(decision, progress)
+            return decision
+        decide_streaming = getattr(authority, "decide_streaming", None)
+        if decide_streaming is None:
+            return await authority.decide(history)
+        return await decide_streaming(history, progress)
+
+    async def _simulate_decode(self, decision: Decision, progress: Progress) -> None:
+        latency = self.loop.latency
+        if latency is None:
+            await progress("", 1)
+            return
+        model = latency.authority
+        prompt = latency.prompt_tokens(len(self.loop.steps))
+        decision.prompt_tokens = prompt
+        await anyio.sleep(model.seconds(prompt, 0) - model.reasoning_tokens / model.decode_tokens_per_s)
+        total = model.reasoning_tokens + (decision.output_tokens or 1)
+        done = 0
+        while done < total:
+            chunk = min(self.config.probe_every if done else 1, total - done)
+            await anyio.sleep(chunk / model.decode_tokens_per_s)
+            done += chunk
+            await progress("", done)
+
+    async def _probe_loop(self, receive: MemoryObjectReceiveStream[tuple[str, int]], history: History, group: anyio.abc.TaskGroup) -> None:
+        next_at = 1
+        async with receive:
+            async for text, tokens in receive:
+                if self.dispatched is not None or tokens < next_at:
+                    continue
+                if not self.cost.should_probe():
+                    next_at = tokens + self.config.probe_every
+                    continue
+                await self._probe_once(history, text, group)
+                next_at = tokens + self.config.probe_every
+
+    async def _probe_once(self, history: History, partial: str, group: anyio.abc.TaskGroup) -> None:
+        started = anyio.current_time()
+        result = await self.prober.probe(history, partial)
+        if self.prober.simulated and self.loop.latency is not None:
+            decode = self.loop.latency.authority.decode_tokens_per_s
+            await anyio.sleep(max(result.tokens, 1) / decode)  # the prompt is cached: only the call is decoded
+        answered = anyio.current_time()
+        self.cost.observe_probe(answered - started)
+        self.metrics.probes += 1
+        self.metrics.probe_tokens += result.tokens
+        self._probed.append((result, answered))
+        self.loop.timeline.add("probe", started - self.loop._t0, answered - self.loop._t0,
+                               result.call.name if result.call else "?", f"{result.confidence:.2f}")
+        if result.call is not None and self._admissible(result):
+            self._dispatch(result.call, group)
+
+    def _admissible(self, result: ProbeResult) -> bool:
+        call = result.call
+        assert call is not None
+        specs = {spec.name: spec for spec in self.loop.backend.tool_specs()}
+        if call.name not in specs or schema_errors(call.arguments, specs[call.name]):
+            self.metrics.invalid_probes += 1
+            return False
+        if result.confidence < self.config.gate_for(call.name):
+            self.metrics.gated_out += 1
+            return False
+        if self.loop.backend.effect(call.name) is Effect.EXTERNAL:
+            return False  # never speculated
+        chain = self.loop._chain
+        if chain and chain[0].call == call:
+            return False  # the speculator already runs it
+        return self.cost.should_dispatch(call.name)
+
+    def _dispatch(self, call: ToolCall, group: anyio.abc.TaskGroup) -> None:
+        from agentspec.runtime.executor import Draft
+
+        draft = Draft(call, self.loop.backend.effect(call.name))
+        self.dispatched = draft
+        self.metrics.early_dispatches += 1
+        draft.scope = anyio.CancelScope()
+        group.start_soon(self._execute, draft)
+
+    async def _execute(self, draft: Draft) -> None:
+        assert draft.scope is not None
+        with draft.scope:
+            try:
+                snapshot = await self.loop.backend.snapshot()
+                draft.sandbox = await self.loop.backend.fork(snapshot)
+                draft.started = anyio.current_time()
+                draft.observation = await self.loop._run_tool(draft.sandbox.execute, draft.call, "spork-tool")
+                draft.finished = anyio.current_time()
+                self.cost.observe_tool(draft.call.name, draft.finished - draft.started)
+            finally:
+                draft.done.set()
+
+    # -- when the authority's call arrives ------------------------------------------------
+
+    async def settle(self, call: ToolCall) -> bool:
+        """Commit the dispatched call if it is the authority's; otherwise drop it.  True if committed."""
+        for result, answered in self._probed:
+            hit = result.call == call
+            self.metrics.probe_hits += int(hit)
+            self.metrics.probe_name_hits += int(result.call is not None and result.call.name == call.name)
+            if result.call is not None:
+                self.cost.observe_outcome(result.call.name, hit, self._decision_end - answered)
+        self._probed = []
+        draft, self.dispatched = self.dispatched, None
+        if draft is None:
+            return False
+        if draft.call != call:
+            await self._drop(draft)
+            return False
+        if not draft.done.is_set():
+            waited = anyio.current_time()
+            await draft.done.wait()
+            self.loop.metrics.tool_wait_s += anyio.current_time() - waited
+        lineage_ok = draft.sandbox is not None and self.loop.backend.live_token in draft.sandbox.lineage
+        if draft.observation is None or not lineage_ok:
+            await self._drop(draft)
+            return False
+        started = draft.started if draft.started is not None else self._decision_end
+        finished = draft.finished if draft.finished is not None else self._decision_end
+        self.metrics.time_overlapped_s += max(0.0, min(finished, self._decision_end) - started)
+        self.metrics.commits_spork += 1
+        await self.loop._commit([draft], "spork", call)
+        return True
+
+    async def abandon(self) -> None:
+        """The authority said done: no call will confirm what was probed or dispatched."""
+        self._probed = []
+        draft, self.dispatched = self.dispatched, None
+        if draft is not None:
+            await self._drop(draft)
+
+    async def _drop(self, draft: Draft) -> None:
+        if draft.scope is not None:
+            draft.scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await draft.done.wait()
+            if draft.sandbox is not None:
+                await self.loop.backend.discard(draft.sandbox)
+        self.loop.metrics.wasted_tool_calls += int(draft.sandbox is not None)
+        self.loop.metrics.drafts_discarded += 1
+
+    def report(self) -> dict[str, Any]:
+        return self.cost.report()

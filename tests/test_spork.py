@@ -1,0 +1,217 @@
+"""SPORK: probes while the authority decodes, gated early dispatch into forks, commit on a match."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_executor_safety import SCRIPT, calls, replay, run_trio
+from toy_env import KVEnvironment
+
+from agentspec.runtime.cost_model import CostModel
+from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig, parse_mode
+from agentspec.runtime.latency import LatencyModel, ModelLatency, ToolLatency
+from agentspec.runtime.policies import Decision, OracleAuthority
+from agentspec.runtime.probe import ProbeResult, confidence, parse_probe, schema_errors
+from agentspec.runtime.spork import SporkConfig
+from agentspec.snapshot import InProcessBackend, InProcessSandbox
+from agentspec.types import ToolCall, ToolSpec
+
+LATENCY = LatencyModel(
+    authority=ModelLatency(prefill_tokens_per_s=1e9, decode_tokens_per_s=10.0, reasoning_tokens=100),
+    speculator=ModelLatency(prefill_tokens_per_s=1e9, decode_tokens_per_s=100.0),
+    tool=ToolLatency(fixed_s=3.0),
+)
+
+
+@dataclass
+class ScriptedProber:
+    """Right or wrong by a fixed rule, with a given confidence and delay."""
+
+    script: list[ToolCall]
+    right: bool = True
+    conf: float = 0.97
+    delay: float = 0.0
+    simulated: bool = False
+    calls: int = 0
+
+    async def probe(self, history, partial):
+        self.calls += 1
+        await anyio.sleep(self.delay)
+        truth = self.script[len(history)] if len(history) < len(self.script) else None
+        call = truth if self.right else ToolCall(name="put", arguments={"key": "zz", "value": 9})
+        return ProbeResult(call, self.conf, 10)
+
+
+@dataclass
+class SlowSandboxBackend(InProcessBackend):
+    """Forks whose tools take a while (and notice when they are cancelled)."""
+
+    cancelled: list[str] = field(default_factory=list)
+
+    def __init__(self, live) -> None:
+        super().__init__(live)
+        self.cancelled = []
+
+    async def fork(self, snapshot):
+        box = await super().fork(snapshot)
+        backend = self
+
+        class Slow(InProcessSandbox):
+            async def execute(self, call, requestor="assistant"):
+                try:
+                    await anyio.sleep(50)
+                except anyio.get_cancelled_exc_class():
+                    backend.cancelled.append(call.name)
+                    raise
+                return await super().execute(call, requestor)
+
+        return Slow(env=box.env, lineage=box.lineage, token=box.token)
+
+
+def run_loop(prober, *, mode="sequential", backend=None, spork=None, latency=LATENCY):
+    async def go():
+        live = backend or InProcessBackend(KVEnvironment())
+        loop = ExecutionLoop(live, OracleAuthority(SCRIPT), None, config=ExecutorConfig(mode=mode), latency=latency,
+                             prober=prober, spork=spork or SporkConfig(cost_model=False))
+        return live, await loop.run()
+
+    return run_trio(go)
+
+
+def test_parse_mode():
+    assert parse_mode("spork") == ("sequential", True)
+    assert parse_mode("smc+spork") == ("smc", True)
+    assert parse_mode("sa") == ("sa", False)
+    with pytest.raises(ValueError):
+        parse_mode("fast+spork")
+
+
+def test_hits_commit_without_re_execution():
+    backend, result = run_loop(ScriptedProber(SCRIPT))
+    sources = [s.source for s in result.steps]
+    assert sources == ["spork"] * 5 + ["authority"]  # notify is external: never dispatched early
+    assert backend.live.state == replay(result.steps)
+    assert backend.live.state["journal"].count("incr a") == 1  # ran once, in the fork that became live
+    m = result.metrics
+    assert m.early_dispatches == 5 and m.commits_spork == 5 and m.live_executions == 1
+    assert m.time_overlapped_s > 0
+    baseline = run_loop(None)[1]
+    assert result.metrics.wall_s < baseline.metrics.wall_s
+
+
+def test_misses_leave_no_side_effect_and_cancel_the_tool():
+    backend = SlowSandboxBackend(KVEnvironment())
+    _, result = run_loop(ScriptedProber(SCRIPT, right=False), backend=backend)
+    assert [s.source for s in result.steps] == ["authority"] * 6
+    assert "put zz 9" not in backend.live.state["journal"]
+    assert backend.live.state == replay(result.steps)
+    assert backend.cancelled and set(backend.cancelled) == {"put"}  # the wrong dispatch was stopped, not forgotten
+    assert result.metrics.wasted_tool_calls == result.metrics.early_dispatches > 0
+
+
+def test_the_gate_decides():
+    _, low = run_loop(ScriptedProber(SCRIPT, conf=0.5))
+    assert low.metrics.early_dispatches == 0 and low.metrics.gated_out > 0
+    _, per_tool = run_loop(ScriptedProber(SCRIPT, conf=0.5), spork=SporkConfig(cost_model=False, per_tool_gate={"put": 0.4}))
+    assert [s.source for s in per_tool.steps][0] == "spork" and per_tool.metrics.early_dispatches == 1
+
+
+def test_invalid_probes_are_not_dispatched():
+    @dataclass
+    class Bad:
+        simulated: bool = False
+
+        async def probe(self, history, partial):
+            return ProbeResult(ToolCall(name="put", arguments={"key": "a"}), 0.99, 5)  # missing `value`
+
+    _, result = run_loop(Bad())
+    assert result.metrics.early_dispatches == 0 and result.metrics.invalid_probes > 0
+
+
+def test_slow_probes_never_block_the_authority():
+    _, fast = run_loop(None)
+    prober = ScriptedProber(SCRIPT, delay=10_000)
+    _, slow = run_loop(prober)
+    assert prober.calls > 0
+    assert slow.metrics.wall_s == pytest.approx(fast.metrics.wall_s)
+    assert slow.metrics.authority_wait_s == pytest.approx(fast.metrics.authority_wait_s)
+
+
+def test_cost_model_stops_probing_when_it_does_not_pay():
+    model = CostModel(contention=1.0)
+    assert model.should_probe()  # optimistic before data
+    for _ in range(20):
+        model.observe_probe(2.0)
+        model.observe_outcome("put", False, 0.1)
+        model.observe_tool("put", 0.05)
+    assert not model.should_probe() and not model.should_dispatch("put")
+    terms = model.report()["agent"]
+    assert terms["saved_s"] < terms["cost_s"]
+    good = CostModel(contention=0.0)
+    for _ in range(20):
+        good.observe_probe(0.5)
+        good.observe_outcome("put", True, 5.0)
+        good.observe_tool("put", 3.0)
+    assert good.should_probe() and good.should_dispatch("put")
+    assert good.terms("put")["hit_rate"] == pytest.approx(21 / 22)
+
+
+def test_confidence_and_parsing():
+    assert confidence([-5.0, -0.01, -0.05]) == pytest.approx(pytest.approx(2.718281828 ** -0.05))
+    assert confidence([-1.0]) == 0.0
+    assert parse_probe('```json\n{"name": "', 'put", "arguments": {"key": "a", "value": 1}}\n```') == ToolCall(
+        name="put", arguments={"key": "a", "value": 1})
+    assert parse_probe('```json\n{"name": "', 'put", "arguments": {"key": "a", "value": 1}}') is not None  # cut off
+    assert parse_probe('```json\n{"name": "', 'put", "argu') is None
+    spec = ToolSpec(name="put", parameters={"type": "object", "properties": {"key": {"type": "string"}, "value": {"type": "integer"}}, "required": ["key", "value"]})
+    assert schema_errors({"key": "a", "value": 1}, spec) == []
+    assert schema_errors({"key": "a", "value": True}, spec) == ["value should be integer"]
+    assert schema_errors({"key": "a", "value": 1, "x": 2}, spec) == ["unknown argument x"]
+    assert schema_errors({"key": "a"}, spec) == ["missing value"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=st.lists(calls, min_size=1, max_size=8), seed=st.integers(0, 10**6), mode=st.sampled_from(["spork", "sa+spork", "smc+spork"]),
+       p_hit=st.floats(0, 1), gate=st.floats(0.5, 1.0), probe_delay=st.floats(0, 30), decode=st.floats(1, 100))
+def test_random_timings_keep_live_state_equal_to_the_replay(script, seed, mode, p_hit, gate, probe_delay, decode):
+    rng = random.Random(seed)
+    base, _ = parse_mode(mode)
+
+    @dataclass
+    class Noisy:
+        simulated: bool = False
+
+        async def probe(self, history, partial):
+            await anyio.sleep(rng.random() * probe_delay)
+            truth = script[len(history)] if len(history) < len(script) else None
+            call = truth if (truth is not None and rng.random() < p_hit) else rng.choice(script)
+            return ProbeResult(call, rng.random(), 8)
+
+    @dataclass
+    class Spec:
+        simulated: bool = False
+
+        async def decide(self, history):
+            await anyio.sleep(rng.random() * 5)
+            return Decision(call=script[len(history)] if len(history) < len(script) and rng.random() < 0.7 else rng.choice(script))
+
+    latency = LatencyModel(authority=ModelLatency(prefill_tokens_per_s=1e9, decode_tokens_per_s=decode, reasoning_tokens=50),
+                           speculator=ModelLatency(prefill_tokens_per_s=1e9, decode_tokens_per_s=100.0),
+                           tool=ToolLatency(fixed_s=rng.random() * 5))
+
+    async def go():
+        backend = InProcessBackend(KVEnvironment())
+        loop = ExecutionLoop(backend, OracleAuthority(script), Spec() if base != "sequential" else None,
+                             config=ExecutorConfig(mode=base, max_errors=100), latency=latency, prober=Noisy(),
+                             spork=SporkConfig(gate=gate, probe_every=rng.randint(1, 30), cost_model=rng.random() < 0.5))
+        return backend, await loop.run()
+
+    backend, result = run_trio(go)
+    assert backend.live.state == replay(result.steps)
+    assert [s.call for s in result.steps] == script  # no macros: exactly the authority's trajectory
+    assert all(s.source == "authority" for s in result.steps if s.call.name == "notify")

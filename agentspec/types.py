@@ -192,12 +192,20 @@ class Message(BaseModel):
 
 
 class Step(BaseModel):
-    """One orchestrator step: a message from the agent, the user, or the environment."""
+    """One committed step of an agent's trajectory: the call, its observation, and how it was committed.
+
+    ``source`` says who decided it: ``authority`` (executed live), ``sa`` (a confirmed speculative
+    draft), ``macro`` (committed by a macro without asking the authority), ``spork`` (an early-dispatched
+    probe), ``reuse`` (a read-only call answered from a draft) or ``invalid`` (unusable model output).
+    ``effect_id`` identifies the effect in the run log (exactly-once across resumes).
+    """
 
     index: int
-    sender: Literal["assistant", "user", "env"]
-    messages: list[Message]
-    duration_s: float = 0.0
+    call: ToolCall
+    observation: Observation
+    source: Literal["authority", "sa", "macro", "reuse", "invalid", "spork"] = "authority"
+    effect_id: str = ""
+    macro_id: str | None = None
 
 
 class TerminationReason(str, Enum):

@@ -44,7 +44,7 @@ from agentspec.runtime.probe import Prober
 from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
 from agentspec.runtime.spork import Spork, SporkConfig
 from agentspec.snapshot import Sandbox, SnapshotBackend
-from agentspec.types import Effect, Observation, TerminationReason, ToolCall
+from agentspec.types import Effect, Observation, Step, TerminationReason, ToolCall
 
 Mode = Literal["sequential", "sa", "smc"]
 MODES: tuple[Mode, ...] = ("sequential", "sa", "smc")
@@ -61,16 +61,7 @@ def parse_mode(text: str) -> tuple[Mode, bool]:
     return (rest[0] if rest else "sequential"), spork  # type: ignore[return-value]
 
 
-@dataclass
-class CommittedStep:
-    """One step of the official trajectory and how it got there."""
-
-    index: int
-    call: ToolCall
-    observation: Observation
-    source: Source
-    effect_id: str
-    macro_id: str | None = None
+CommittedStep = Step  # the executor commits agentspec Steps
 
 
 @dataclass(eq=False)
@@ -94,7 +85,7 @@ class Draft:
 
 @dataclass
 class ExecutionResult:
-    steps: list[CommittedStep]
+    steps: list[Step]
     termination: TerminationReason
     metrics: ExecutionMetrics
     timeline: Timeline
@@ -146,7 +137,7 @@ class ExecutionLoop:
         self.backend, self.authority, self.speculator = backend, authority, speculator
         self.macros, self.latency, self.log, self.task_id = macros, latency, log, task_id
         self.checkpoint = checkpoint
-        self.steps: list[CommittedStep] = []
+        self.steps: list[Step] = []
         self.metrics = ExecutionMetrics()
         self.timeline = Timeline()
         self._chain: list[Draft] = []
@@ -201,7 +192,8 @@ class ExecutionLoop:
         for record in resumed.steps:
             call = ToolCall.model_validate(record["call"])
             observation = Observation.model_validate(record["observation"])
-            self.steps.append(CommittedStep(len(self.steps), call, observation, record["source"], record["effect_id"]))
+            self.steps.append(Step(index=len(self.steps), call=call, observation=observation,
+                                   source=record["source"], effect_id=record["effect_id"]))
             self._errors += int(observation.error)
 
     def _history(self) -> History:
@@ -349,7 +341,8 @@ class ExecutionLoop:
                 self.log.commit(self.task_id, step, eid, observation, checkpoint if i == len(entries) - 1 else None)
 
     def _append(self, call: ToolCall, observation: Observation, source: Source, eid: str, macro_id: str | None = None) -> None:
-        self.steps.append(CommittedStep(len(self.steps), call, observation, source, eid, macro_id))
+        self.steps.append(Step(index=len(self.steps), call=call, observation=observation, source=source,
+                               effect_id=eid, macro_id=macro_id))
         self._errors += int(observation.error)
 
     async def _try_macro(self) -> None:

@@ -43,9 +43,11 @@ from agentspec.env import Environment, StateSnapshot
 from agentspec.errors import ConfigError
 from agentspec.mining.library import MacroLibrary
 from agentspec.models import ModelClient, ModelConfig
-from agentspec.runtime.executor import CommittedStep, ExecutionLoop, ExecutionResult, ExecutorConfig
+from agentspec.runtime.executor import CommittedStep, ExecutionLoop, ExecutionResult, ExecutorConfig, parse_mode
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.policies import LLMPolicy, Policy
+from agentspec.runtime.probe import FENCED_OPENING, LLMProber
+from agentspec.runtime.spork import SporkConfig
 from agentspec.runtime.runlog import RunLog
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
 from agentspec.tools import Toolkit, render_result, spec_from_function
@@ -144,7 +146,11 @@ class RunResult:
 
 
 class Executor:
-    """Run tasks with an authoritative model and a speculator (modes ``sequential``, ``sa``, ``smc``)."""
+    """Run tasks with an authoritative model and a speculator.
+
+    Modes: ``sequential``, ``sa``, ``smc``, and ``spork`` or ``X+spork`` (probes of the authority's own
+    endpoint, which must be able to continue a final assistant message, as vLLM and ``agentspec serve`` do).
+    """
 
     def __init__(
         self,
@@ -159,10 +165,15 @@ class Executor:
         depth: int = 4,
         max_calls: int = 50,
         log: str | Path | None = None,
+        spork: SporkConfig | None = None,
+        probe_opening: str = FENCED_OPENING,
     ) -> None:
         self.backend = as_backend(env)
         self.authority, self.speculator = authority, speculator
-        self.config = ExecutorConfig(mode=mode, depth=depth, max_calls=max_calls)  # type: ignore[arg-type]
+        base_mode, self.spork = parse_mode(mode)
+        self.config = ExecutorConfig(mode=base_mode, depth=depth, max_calls=max_calls)
+        self.spork_config = spork or SporkConfig()
+        self.probe_opening = probe_opening
         self.macros = MacroLibrary.load(macros) if isinstance(macros, (str, Path)) else macros
         self.latency = LatencyModel.load(latency) if isinstance(latency, str) else latency
         self.system_prompt = system_prompt
@@ -174,12 +185,17 @@ class Executor:
             tools = self.backend.tool_specs() + [DONE]
             prompt = f"{self.system_prompt}\n\nTask: {task}"
             authority = await self._policy(self.authority, stack, prompt, tools, queue=True)
+            prober = None
+            if self.spork:
+                if not isinstance(authority, LLMPolicy):
+                    raise ConfigError("SPORK probes the authority's own endpoint: give the authority as a ModelConfig")
+                prober = LLMProber(authority.client, prompt, opening=self.probe_opening)
             speculator = await self._policy(self.speculator, stack, prompt, tools, queue=False) if self.speculator else None
             log = RunLog(self.log_path) if self.log_path else None
             if log is not None:
                 stack.callback(log.close)
             loop = ExecutionLoop(self.backend, authority, speculator, config=self.config, macros=self.macros,
-                                 latency=self.latency, log=log, task_id=task[:80])
+                                 latency=self.latency, log=log, task_id=task[:80], prober=prober, spork=self.spork_config)
             result = await loop.run()
         answer = (result.final or {}).get("answer")
         return RunResult(result.steps, str(answer) if answer is not None else None, result)

@@ -215,3 +215,50 @@ def test_random_timings_keep_live_state_equal_to_the_replay(script, seed, mode, 
     assert backend.live.state == replay(result.steps)
     assert [s.call for s in result.steps] == script  # no macros: exactly the authority's trajectory
     assert all(s.source == "authority" for s in result.steps if s.call.name == "notify")
+
+
+def test_llm_prober_over_http_dispatches_before_the_authority_finishes():
+    """The API's `spork` mode against a real HTTP endpoint (scripted test double): the authority streams slowly
+    with some text first; the probe (same endpoint, continue_final_message) names the call with confident logprobs."""
+    from scripted_openai_server import ScriptedOpenAIServer
+
+    from agentspec import Executor, ModelConfig, Toolkit, tool
+    from agentspec.runtime.latency import LatencyModel, ToolLatency
+
+    class Counter(Toolkit):
+        def __init__(self) -> None:
+            self.n = 0
+
+        @tool("mutating")
+        def bump(self, by: int) -> str:
+            """Add to the counter.
+
+            Args:
+                by: How much.
+            """
+            self.n += by
+            return f"n={self.n}"
+
+    def responder(request):
+        steps = sum(1 for m in request["messages"] if m["role"] == "tool")
+        if request.get("continue_final_message"):
+            assert request["messages"][-1]["role"] == "assistant"
+            text = 'bump", "arguments": {"by": 2}}\n```' if steps == 0 else 'done", "arguments": {}}\n```'
+            logprobs = [{"token": t, "logprob": -0.01, "top_logprobs": []} for t in [text[:4], text[4:]]]
+            return {"content": text, "logprobs": logprobs}
+        if steps == 0:
+            return {"content": "Let me think about this carefully first. " * 4, "tool_calls": [{"name": "bump", "arguments": {"by": 2}}],
+                    "chunk_delay_s": 0.05}
+        return {"tool_calls": [{"name": "done", "arguments": {"answer": "2"}}]}
+
+    counter = Counter()
+    with ScriptedOpenAIServer(responder, models=("m",)) as srv:
+        executor = Executor(counter, authority=ModelConfig(base_url=srv.base_url, model="m"), mode="spork",
+                            latency=LatencyModel(tool=ToolLatency(fixed_s=0.3)), spork=SporkConfig(probe_every=4, cost_model=False))
+        result = executor.run_sync("bump by two")
+        probes = [r for r in srv.requests if r.get("continue_final_message")]
+    assert result.answer == "2"
+    assert [s.source for s in result.steps] == ["spork"]
+    assert executor.backend.live.toolkit.n == 2
+    assert probes and probes[0]["logprobs"] is True and probes[0]["max_tokens"] <= 64
+    assert result.result.metrics.time_overlapped_s > 0

@@ -217,6 +217,8 @@ class ExecutionLoop:
         if self.latency is None or not policy.simulated:
             return
         model = self.latency.authority if role == "authority" else self.latency.speculator
+        if model is None:
+            return
         prompt = self.latency.prompt_tokens(len(self.steps))
         decision.prompt_tokens, decision.output_tokens = prompt, decision.output_tokens or 1
         await anyio.sleep(model.seconds(prompt, decision.output_tokens))

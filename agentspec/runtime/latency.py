@@ -63,8 +63,9 @@ class LatencyModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "custom"
-    authority: ModelLatency
-    speculator: ModelLatency
+    authority: ModelLatency | None = None
+    """None: real models only, whose time is real (the model takes no simulated time)."""
+    speculator: ModelLatency | None = None
     tool: ToolLatency = Field(default_factory=ToolLatency)
     system_prompt_tokens: int = Field(default=0, ge=0, description="prompt size before the first step")
     tokens_per_step: int = Field(default=0, ge=0, description="prompt growth per committed step (call + result)")

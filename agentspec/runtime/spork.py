@@ -96,7 +96,7 @@ class Spork:
 
     async def _simulate_decode(self, decision: Decision, progress: Progress) -> None:
         latency = self.loop.latency
-        if latency is None:
+        if latency is None or latency.authority is None:
             await progress("", 1)
             return
         model = latency.authority
@@ -126,7 +126,7 @@ class Spork:
     async def _probe_once(self, history: History, partial: str, group: anyio.abc.TaskGroup) -> None:
         started = anyio.current_time()
         result = await self.prober.probe(history, partial)
-        if self.prober.simulated and self.loop.latency is not None:
+        if self.prober.simulated and self.loop.latency is not None and self.loop.latency.authority is not None:
             decode = self.loop.latency.authority.decode_tokens_per_s
             await anyio.sleep(max(result.tokens, 1) / decode)  # the prompt is cached: only the call is decoded
         answered = anyio.current_time()

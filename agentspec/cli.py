@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentspec.errors import AgentSpecError
+from agentspec.mining.arguments import add_mine_command
 from agentspec.sandbox.commands import add_sandbox_commands
 
 EXIT_USAGE = 2
@@ -63,6 +64,7 @@ def _add_bench_commands(sub: Any) -> None:
     spec.add_argument("--macros-out", help="save the macro library with its online-updated n, k, lcb here")
     spec.add_argument("--seed", type=int, default=0)
     spec.add_argument("--resume", action="store_true", help="continue the run logged in --out without re-applying effects")
+    spec.add_argument("--baseline", help="an earlier run's results.json (or its folder): report this run's ratios against it")
     spec.add_argument("--gate", type=float, default=0.90, help="SPORK: dispatch a probed call at confidence >= gate")
     spec.add_argument("--probe-every", type=int, default=16, help="SPORK: probe again every N authority tokens")
     spec.add_argument("--probe-accuracy", type=float, default=0.9, help="SPORK with --agent oracle: simulated probe hit rate")
@@ -110,7 +112,7 @@ def _add_model_commands(sub: Any) -> None:
 
 # Each entry adds its subcommands; a subcommand names its handler as "module:function"
 # (imported only when that command runs), taking the parsed args and returning the JSON summary.
-COMMAND_GROUPS: list[Callable[[Any], None]] = [_add_bench_commands, _add_model_commands, add_sandbox_commands]
+COMMAND_GROUPS: list[Callable[[Any], None]] = [_add_bench_commands, _add_model_commands, add_sandbox_commands, add_mine_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -110,3 +110,13 @@ def test_verified_macro_commits_update_the_saved_library(tau2_dir, tmp_path, cap
     assert summary["macro_firings"] == 2 and summary["macro_checks"] == 2 and summary["macro_disagreements"] == 0
     updated = MacroLibrary.load(tmp_path / "out.json").macros[0]
     assert (updated.n, updated.k) == (22, 21)
+
+
+def test_ratios_against_a_baseline_run(tau2_dir, tmp_path, capsys):
+    common = ["--split", "small", "--agent", "oracle", "--speculator-model", "noisy-oracle:0.9", "--latency-model", "smc-paper",
+              "--data-dir", str(tau2_dir)]
+    base = run(capsys, *common, "--mode", "sequential", "--out", str(tmp_path / "base"))
+    summary = run(capsys, *common, "--mode", "sa", "--baseline", str(tmp_path / "base"))
+    assert summary["vs_baseline"]["baseline_mean_task_wall_s"] == base["mean_task_wall_s"]
+    assert summary["vs_baseline"]["wall_ratio"]["sa"] > 1.0
+    assert main(["run", "--bench", "tau2-telecom", *common, "--mode", "sa", "--baseline", str(tmp_path)]) == 2

@@ -184,6 +184,21 @@ async def _main(setup: _Setup, bench: Any, jobs: list[tuple[Any, int]]) -> dict[
         return results
 
 
+def _against_baseline(path: Path, summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Mean task wall time of the baseline run over each mode's (> 1: this run is faster)."""
+    file = path / "results.json" if path.is_dir() else path
+    try:
+        base = json.loads(file.read_text(encoding="utf-8"))["summary"]
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        raise ConfigError(f"--baseline {path}: not a results.json of an agentspec run ({exc})") from exc
+    base_wall = base.get("mean_task_wall_s")
+    if not base_wall:
+        raise ConfigError(f"--baseline {path}: its summary has no mean_task_wall_s (run it with --mode)")
+    ratios = {mode: round(base_wall / s["mean_task_wall_s"], 4) for mode, s in summaries.items() if s.get("mean_task_wall_s")}
+    return {"baseline": str(file), "baseline_mode": base.get("mode"), "baseline_mean_task_wall_s": base_wall,
+            "wall_ratio": ratios, "reward_delta": {m: s["reward_mean"] - base.get("reward_mean", 0.0) for m, s in summaries.items()}}
+
+
 def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
     setup = _Setup(args)
     bench = bench_class(args.bench).from_data_dir(args.data_dir, max_steps=args.max_steps, max_errors=args.max_errors)
@@ -217,6 +232,8 @@ def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
         dump = {"summary": summary, "episodes": {m: [e.record() for e in r["episodes"]] for m, r in results.items()}}
         (setup.out / "results.json").write_text(json.dumps(dump, indent=1), encoding="utf-8")
         summary["results"] = str(setup.out / "results.json")
+    if args.baseline:
+        summary["vs_baseline"] = _against_baseline(Path(args.baseline), summaries)
     if args.macros_out and setup.macros is not None:
         setup.macros.provenance["online_updates"] = {"runs": setup.modes, "split": args.split}
         setup.macros.save(args.macros_out)

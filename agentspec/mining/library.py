@@ -12,7 +12,8 @@ File format (JSON, versioned by ``format``)::
          "steps": [{"name": "reset_apn_settings", "arguments": {}},
                    {"name": "reboot_device", "arguments": {}}],
          "slots": {},
-         "n": 12, "k": 11, "lcb": 0.68, "score": 1.63}
+         "n": 12, "k": 11, "lcb": 0.68, "score": 1.63,
+         "support": 9, "flow": {}}
       ]
     }
 
@@ -63,6 +64,11 @@ class Macro(BaseModel):
     k: int = Field(default=0, ge=0)
     lcb: float = 0.0
     score: float = 0.0
+    support: int = Field(default=0, ge=0)
+    """Occurrences in the mined trajectories (provenance; the executor ignores it)."""
+    flow: dict[str, str] = Field(default_factory=dict)
+    """Where each slot's value first appears: ``steps[0].arguments.customer_id`` or
+    ``steps[0].observation`` (the value was read from that step's result)."""
 
     def observe(self, success: bool, delta: float = 0.05) -> None:
         """Online update from one firing: n += 1, k += success, lcb recomputed."""

@@ -184,6 +184,25 @@ class TelecomBench:
             seen.setdefault(name, ToolCall(name=name))
         return [seen[key] for key in sorted(seen)]
 
+    def value_patterns(self) -> list[tuple[str, str, str | None]]:
+        """Task-specific values for macro mining: (slot type, value regex, argument-name regex or None).
+
+        The carrier's id formats (``C1001``, ``L1002``, ``B1234321``, ``D1001``,
+        ``P1001``), its phone numbers and dates, and amounts under amount-like
+        argument names (``gb_amount``, ``data_used_gb``).
+        """
+        return [
+            ("customer_id", r"C\d{4,}", None),
+            ("line_id", r"L\d{4,}", None),
+            ("bill_id", r"B\d{4,}", None),
+            ("device_id", r"D\d{4,}", None),
+            ("plan_id", r"P\d{4,}", None),
+            ("phone_number", r"\d{3}-\d{3}-\d{4}", None),
+            ("date", r"\d{4}-\d{2}-\d{2}", None),
+            ("amount", r"-?\d+(\.\d+)?", r"amount|_gb$"),
+            ("person_name", r".+", r"^full_name$"),
+        ]
+
     def gold_calls(self, task: Task) -> list[ToolCall]:
         return [ToolCall(name=a.name, arguments=a.arguments, id=f"gold_{i}") for i, a in enumerate(task.evaluation_criteria.actions)]
 

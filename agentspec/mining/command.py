@@ -1,0 +1,164 @@
+"""``agentspec mine``: trajectories -> normalized skeletons -> labels -> filter -> a macro library.
+
+    agentspec mine --bench tau2-telecom --split train --speculator-model noisy-oracle:0.8 \\
+        --data-dir ../shared/data/tau2 --out macros/tau2-telecom.json
+
+Trajectories are the split's gold calls (replayed for their observations;
+``--no-gold`` leaves them out) and the successful episodes of ``--runs``
+folders, restricted to the split's tasks so mining never sees a test task.
+The speculator is ``noisy-oracle:P`` (each trajectory's own calls stand in
+for the gold) or any model endpoint (``URL``, ``URL#MODEL``, or a name with
+``--speculator-base-url``), which sees the solo agent prompt and tools.  The
+last stdout line is one JSON object; ``funnel`` holds the counts (labels,
+candidates, support >= n_min, lcb >= tau, kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agentspec.bench.commands import _preflight, _role_config
+from agentspec.bench.registry import bench_class
+from agentspec.bench.speculative import _noisy_p
+from agentspec.errors import ConfigError
+from agentspec.mining.arguments import DEFAULT_TEMPERATURE
+from agentspec.mining.candidates import enumerate_candidates, graph_statistics, transition_graph
+from agentspec.mining.filter import FilterConfig, select
+from agentspec.mining.labelling import ReplaySandboxes, SpeculatorFactory, label_candidates, sample_continuations, training_states
+from agentspec.mining.library import MacroLibrary
+from agentspec.mining.normalize import Normalizer, patterns_from_table
+from agentspec.mining.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_results
+from agentspec.models import ModelClient
+from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, Policy
+
+
+def _check(args: argparse.Namespace) -> FilterConfig:
+    if args.samples < 1 or args.concurrency < 1:
+        raise ConfigError("--samples and --concurrency must be >= 1")
+    if not 2 <= args.min_length <= args.max_length <= 8:
+        raise ConfigError("need 2 <= --min-length <= --max-length <= 8 (a macro has at least two steps)")
+    if args.max_states is not None and args.max_states < 1:
+        raise ConfigError("--max-states must be >= 1")
+    if args.temperature is not None and args.temperature < 0:
+        raise ConfigError("--temperature must be >= 0")
+    if not args.speculator_model and not args.speculator_base_url:
+        raise ConfigError("mine needs --speculator-model (noisy-oracle:P, or a model endpoint)")
+    if args.no_gold and not args.runs:
+        raise ConfigError("--no-gold leaves nothing to mine: give --runs DIR")
+    return FilterConfig(delta=args.delta, n_min=args.n_min, tau=args.tau, top=args.top)
+
+
+def _progress(args: argparse.Namespace, text: str) -> None:
+    if not args.no_progress:
+        print(f"mine: {text}", file=sys.stderr, flush=True)
+
+
+def _trajectories(args: argparse.Namespace, bench: Any) -> tuple[list[MinedTrajectory], dict[str, int], list[str]]:
+    split_ids = {task.id for task in bench.tasks(args.split)}
+    gold = [] if args.no_gold else gold_trajectories(bench, args.split, source=f"gold:{args.bench}/{args.split}")
+    runs: list[MinedTrajectory] = []
+    outside = 0
+    sources = [] if args.no_gold else [f"gold:{args.bench}/{args.split}"]
+    for folder in args.runs:
+        found = read_results(folder, min_reward=args.min_reward)
+        inside = [t for t in found if t.task_id in split_ids]
+        outside += len(found) - len(inside)
+        runs.extend(inside)
+        sources.append(str(folder))
+    used = deduplicate([*gold, *runs])
+    counts = {"gold": len(gold), "runs": len(runs), "outside_split": outside,
+              "duplicates": len(gold) + len(runs) - len(used), "used": len(used)}
+    if not used:
+        raise ConfigError(f"no successful trajectories to mine for split {args.split!r}")
+    return used, counts, sources
+
+
+async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedTrajectory], states: list[tuple[int, int]],
+                 depth: int, noisy_p: float | None) -> dict[tuple[int, int], list[Any]]:
+    sandboxes = ReplaySandboxes(lambda t: bench.environment(bench.task(t.task_id), solo=True))
+    async with AsyncExitStack() as stack:
+        if noisy_p is not None:
+            distractors = bench.distractors()
+
+            def speculator(trajectory: MinedTrajectory, sample: int) -> Policy:
+                # Each sample is an independent draw: the noisy oracle is seeded per (seed, sample, context).
+                return NoisyOracleSpeculator(trajectory.calls, noisy_p, distractors, task_id=trajectory.task_id,
+                                             seed=args.seed * 1_000_003 + sample)
+        else:
+            config = _role_config(args, "speculator", "speculator")
+            assert config is not None  # _check made sure a model was given
+            client = await stack.enter_async_context(ModelClient(config))
+            await _preflight(client)
+            tools = bench.solo_tools()
+            temperature = DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
+            prompts: dict[str, str] = {}
+
+            def speculator(trajectory: MinedTrajectory, sample: int) -> Policy:
+                if trajectory.task_id not in prompts:
+                    prompts[trajectory.task_id] = bench.agent_prompt(bench.task(trajectory.task_id), solo=True)
+                return LLMPolicy(client, prompts[trajectory.task_id], tools, temperature=temperature, queue_extra_calls=False)
+
+        factory: SpeculatorFactory = speculator
+        return await sample_continuations(trajectories, states, factory, samples=args.samples, depth=depth,
+                                          sandboxes=sandboxes, concurrency=args.concurrency)
+
+
+def mine_command(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the whole pipeline and write the library; returns the summary printed as the last JSON line."""
+    config = _check(args)
+    noisy_p = _noisy_p(args.speculator_model)
+    bench = bench_class(args.bench).from_data_dir(args.data_dir)
+    trajectories, counts, sources = _trajectories(args, bench)
+    _progress(args, f"{counts['used']} trajectories ({counts['gold']} gold, {counts['runs']} from runs)")
+
+    table = bench.value_patterns() if hasattr(bench, "value_patterns") else []
+    normalizer = Normalizer(patterns_from_table(table))
+    graph = transition_graph(trajectories, normalizer)
+    candidates = enumerate_candidates(trajectories, normalizer, graph, min_length=args.min_length, max_length=args.max_length)
+    stats = graph_statistics(graph, candidates)
+    states = training_states(trajectories, candidates, max_states=args.max_states, seed=args.seed)
+    _progress(args, f"{len(candidates)} candidates; sampling {args.samples} continuations at {len(states)} states")
+
+    continuations = anyio.run(_label, args, bench, trajectories, states, args.max_length - 1, noisy_p)
+    labels = label_candidates(candidates, trajectories, continuations)
+    macros, funnel = select(candidates, labels, config)
+
+    temperature = None if noisy_p is not None else (DEFAULT_TEMPERATURE if args.temperature is None else args.temperature)
+    library = MacroLibrary(
+        bench=args.bench,
+        provenance={
+            "tool": "agentspec mine",
+            "source": sources,
+            "split": args.split,
+            "speculator": args.speculator_model or args.speculator_base_url,
+            "trajectories": counts,
+            "states": len(states),
+            "graph": stats,
+            "funnel": funnel.as_dict(),
+        },
+        parameters=config.as_dict() | {"min_length": args.min_length, "max_length": args.max_length, "samples": args.samples,
+                                        "temperature": temperature, "seed": args.seed, "max_states": args.max_states},
+        macros=macros,
+    )
+    library.save(args.out)
+    lengths: dict[str, int] = {}
+    for macro in macros:
+        lengths[str(len(macro.steps))] = lengths.get(str(len(macro.steps)), 0) + 1
+    return {
+        "bench": args.bench,
+        "split": args.split,
+        "speculator": args.speculator_model or args.speculator_base_url,
+        "trajectories": counts,
+        "states": len(states),
+        "samples": len(states) * args.samples,
+        "graph": {k: v for k, v in stats.items() if k != "top_transitions"},
+        "funnel": funnel.as_dict(),
+        "kept_by_length": dict(sorted(lengths.items())),
+        "out": str(Path(args.out)),
+    }

@@ -1,0 +1,190 @@
+"""Labelling: does the speculator reproduce a candidate where the reference trajectory has it?
+
+A macro fires in the executor once the authority confirms its anchor (the
+first step) and the speculator's next drafts align with the rest.  So the
+training state for a candidate occurrence at step ``t`` is the reference
+history up to and including its anchor, ``steps[: t + 1]``; there the
+speculator is asked for a continuation of up to ``depth`` calls, each run in
+a fork of the state (:class:`ReplaySandboxes`) so the next draft sees its
+observation, just as the executor's draft chain does.  Several samples are
+drawn per state.
+
+For a candidate ``m`` of length L and one sample at a state whose last step
+aligns with ``m``'s anchor:
+
+* the **reference** matches when its next L-1 calls instantiate ``m``;
+* the **sample** matches when its first L-1 drafts instantiate ``m``
+  (slots bound consistently with the anchor): the macro would fire;
+* when either matches, the sample is one label (n += 1), and it is
+  *reproduced* (k += 1) when both match with the same values, i.e. the
+  drafts equal the reference future after normalization.
+
+So ``k / n`` estimates how often the speculator and the reference agree on
+``m`` when either of them takes it: a sample that misses a reference
+occurrence and a firing the reference would not have made both count
+against the macro.  :func:`sample_continuations` works with any
+:class:`~agentspec.runtime.policies.Policy`: the noisy oracle, an
+:class:`~agentspec.runtime.policies.LLMPolicy` over any OpenAI-compatible
+endpoint (a local server or a hosted one).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import anyio
+
+from agentspec.env import Environment, StateSnapshot
+from agentspec.mining.candidates import Candidate
+from agentspec.mining.library import align
+from agentspec.mining.trajectories import MinedTrajectory, replay
+from agentspec.runtime.policies import Policy
+from agentspec.types import Effect, Observation, ToolCall
+
+State = tuple[int, int]
+"""(trajectory index, anchor index): the speculator has seen ``steps[: anchor + 1]``."""
+Continuation = tuple[ToolCall, ...]
+DraftRunner = Callable[[ToolCall], Observation | None]
+SpeculatorFactory = Callable[[MinedTrajectory, int], Policy]
+"""Makes the speculator for one (trajectory, sample number)."""
+SandboxFactory = Callable[[MinedTrajectory, int], DraftRunner]
+"""Makes a runner for drafts from the state after step ``anchor`` of a trajectory."""
+
+
+@dataclass
+class Label:
+    """A candidate's labels: ``n`` samples where it was in play, ``k`` of them reproduced."""
+
+    n: int = 0
+    k: int = 0
+    occurrences: int = 0
+    """Samples at a reference occurrence (the rest of ``n`` are would-be firings the reference did not make)."""
+    false_firings: int = 0
+
+
+class ReplaySandboxes:
+    """Draft runners at training states: the trajectory replayed in a fresh environment, then forked.
+
+    ``make_env`` gives a fresh environment for a trajectory's task.  The
+    replay runs once per trajectory (snapshots after every step are kept);
+    each runner works on its own restored copy, so samples never see each
+    other's drafts.  Drafts of ``external`` tools are not run (no observation).
+    """
+
+    def __init__(self, make_env: Callable[[MinedTrajectory], Environment]) -> None:
+        self.make_env = make_env
+        self._replays: dict[int, tuple[MinedTrajectory, Environment, list[StateSnapshot]]] = {}
+
+    def _snapshots(self, trajectory: MinedTrajectory) -> tuple[Environment, list[StateSnapshot]]:
+        cached = self._replays.get(id(trajectory))
+        if cached is None or cached[0] is not trajectory:
+            env = self.make_env(trajectory)
+            snapshots = []
+            for call in trajectory.calls:
+                replay(env, [call])
+                snapshots.append(env.snapshot())
+            cached = self._replays[id(trajectory)] = (trajectory, env, snapshots)
+        return cached[1], cached[2]
+
+    def __call__(self, trajectory: MinedTrajectory, anchor: int) -> DraftRunner:
+        base, snapshots = self._snapshots(trajectory)
+        env = base.restore(snapshots[anchor])
+
+        def run(call: ToolCall) -> Observation | None:
+            if env.effect(call.name) is Effect.EXTERNAL:
+                return None  # never reach outside while labelling, as the executor never does with drafts
+            return env.execute(call)
+
+        return run
+
+
+def training_states(
+    trajectories: Sequence[MinedTrajectory],
+    candidates: Sequence[Candidate],
+    *,
+    max_states: int | None = None,
+    seed: int = 0,
+) -> list[State]:
+    """States whose last step is the anchor of some candidate; at most ``max_states``, drawn with ``seed``."""
+    by_name: dict[str, list[Candidate]] = defaultdict(list)
+    for candidate in candidates:
+        by_name[candidate.steps[0].name].append(candidate)
+    states = []
+    for number, trajectory in enumerate(trajectories):
+        for anchor, call in enumerate(trajectory.calls):
+            if any(align(list(c.steps[:1]), [call]) is not None for c in by_name.get(call.name, ())):
+                states.append((number, anchor))
+    if max_states is not None and len(states) > max_states:
+        states = sorted(random.Random(seed).sample(states, max_states))
+    return states
+
+
+async def sample_continuations(
+    trajectories: Sequence[MinedTrajectory],
+    states: Sequence[State],
+    speculator: SpeculatorFactory,
+    *,
+    samples: int,
+    depth: int,
+    sandboxes: SandboxFactory | None = None,
+    concurrency: int = 1,
+) -> dict[State, list[Continuation]]:
+    """``samples`` draft chains of up to ``depth`` calls from each state (a chain ends early on "done")."""
+    results: dict[State, list[Continuation]] = {state: [()] * samples for state in states}
+    limiter = anyio.CapacityLimiter(concurrency)
+
+    async def one(state: State, sample: int) -> None:
+        async with limiter:
+            trajectory = trajectories[state[0]]
+            policy = speculator(trajectory, sample)
+            run = sandboxes(trajectory, state[1]) if sandboxes is not None else None
+            history: list[tuple[ToolCall, Observation | None]] = list(trajectory.steps[: state[1] + 1])
+            drafts: list[ToolCall] = []
+            for _ in range(depth):
+                decision = await policy.decide(history)
+                if decision.call is None:
+                    break
+                drafts.append(decision.call)
+                history.append((decision.call, run(decision.call) if run is not None else None))
+            results[state][sample] = tuple(drafts)
+
+    async with anyio.create_task_group() as group:
+        for state in states:
+            for sample in range(samples):
+                group.start_soon(one, state, sample)
+    return results
+
+
+def label_candidates(
+    candidates: Sequence[Candidate],
+    trajectories: Sequence[MinedTrajectory],
+    continuations: dict[State, list[Continuation]],
+) -> dict[str, Label]:
+    """Each candidate's labels over the sampled states (see module docstring), keyed by candidate key."""
+    by_name: dict[str, list[State]] = defaultdict(list)
+    for state in continuations:
+        by_name[trajectories[state[0]].calls[state[1]].name].append(state)
+    labels: dict[str, Label] = {}
+    for candidate in candidates:
+        label = labels[candidate.key] = Label()
+        steps, length = list(candidate.steps), candidate.length
+        for state in by_name.get(steps[0].name, ()):
+            reference = trajectories[state[0]].calls
+            anchor = reference[state[1]]
+            if align(steps[:1], [anchor]) is None:
+                continue
+            future = reference[state[1] + 1 : state[1] + length]
+            reference_match = len(future) == length - 1 and align(steps, [anchor, *future]) is not None
+            for continuation in continuations[state]:
+                drafted = list(continuation[: length - 1])
+                sample_match = len(drafted) == length - 1 and align(steps, [anchor, *drafted]) is not None
+                if not (reference_match or sample_match):
+                    continue
+                label.n += 1
+                label.occurrences += int(reference_match)
+                label.false_firings += int(sample_match and not reference_match)
+                label.k += int(reference_match and sample_match and drafted == future)
+    return labels

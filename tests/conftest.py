@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sandbox_support import dev_image, docker_client  # noqa: F401 - the Docker fixtures (tests marked docker)
 
 REPO = Path(__file__).resolve().parents[1]
 TAU2_DIR = REPO.parent / "shared" / "data" / "tau2"

@@ -1,0 +1,639 @@
+"""Docker sandboxes: snapshot = commit of a container, fork = a container run from that image.
+
+::
+
+    live     = a container of the base image (the program's runner in /opt/agentspec, the source in /workspace)
+    snapshot = ``docker commit`` of the live container, without pausing (no call runs while we hold
+               its lock and no process outlives a call); reused while live does not change
+    fork     = a new container from the snapshot image
+    execute  = ``docker exec`` of the runner with the request on stdin; cancelling kills it for real
+    commit   = ``promote`` (default): the fork's container becomes live, the old one is removed; or
+               ``diff``: the fork's changed paths are packed and applied to the live container
+    discard  = remove the container; a snapshot image goes when no snapshot or container needs it
+
+Every container runs with ``network_mode="none"``, memory/CPU/PID limits, a
+non-root user, all capabilities dropped, ``no-new-privileges`` and a tmpfs
+``/tmp``.  PID 1 is the runner in ``--init`` mode: it reaps orphans and, being
+PID 1, survives the kill(-1) that ends every call.  Containers and images carry
+owner labels; starting a backend sweeps what dead processes left behind, and
+:meth:`DockerBackend.close` removes everything this backend made.
+
+Each commit of a promoted fork stacks one more image layer; past
+``max_layers`` a snapshot flattens the container (export + import, costs the
+tree size) instead of committing it, since overlay2 refuses deeper stacks.
+
+Why promotion is the default (``experiments/sandbox_cost.py``, 1/50/500 MB
+trees, medians on a loaded 2-core machine): a promoted commit costs one
+container removal, 139-172 ms whatever the tree or change size (10 MB changed:
+137-182 ms); a diff commit packs and applies the changed paths, 244-593 ms, and
+438-785 ms for a 10 MB change.  Diff commits also leave every committed change
+in the live container's writable layer, which ``docker commit`` copies again at
+each snapshot of live, so their snapshots grow with the history; promotion's
+only growing cost is the layer count, reset by a flatten every ``max_layers``
+commits.  The workspace source is baked into a seed image at start for the
+same reason (a source left in the live container would be re-copied by every
+snapshot).
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import secrets
+import socket
+import tarfile
+import tempfile
+import threading
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import anyio
+import docker
+import docker.errors
+from docker.types import Ulimit
+from docker.utils.socket import STDOUT, frames_iter
+
+from agentspec.errors import ConfigError, SnapshotError
+from agentspec.sandbox import _docker
+from agentspec.sandbox._docker import BACKEND, LABEL, MOUNTS, OWNER
+from agentspec.sandbox._owner import owner_tag
+from agentspec.sandbox.program import (
+    RUNNER_FILE,
+    SANDBOX_DIR,
+    WORKSPACE,
+    Limits,
+    Op,
+    SandboxProgram,
+    answer_observation,
+    error_observation,
+    plan,
+)
+from agentspec.snapshot import Sandbox, Snapshot, check_descends, new_token
+from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
+
+CommitMode = Literal["promote", "diff"]
+RUNNER = ["python3", "-I", "-S", f"{SANDBOX_DIR}/runner.py"]
+KILL_ALL = ["python3", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"]
+_IGNORED_CHANGES = ("/tmp", "/proc", "/sys", "/dev")
+_ids = itertools.count(1)
+
+
+class _Image:
+    """A snapshot image; when nothing references it any more its id goes to the garbage list."""
+
+    __slots__ = ("id", "depth", "__weakref__")
+
+    def __init__(self, image_id: str, depth: int, garbage: list[str] | None) -> None:
+        self.id = image_id
+        self.depth = depth
+        if garbage is not None:
+            weakref.finalize(self, garbage.append, image_id)
+
+
+@dataclass(frozen=True)
+class DockerRef:
+    """What a Docker snapshot holds: the image, and (diff commits) the paths changed since live."""
+
+    image: _Image
+    changes: frozenset[str]
+    backend_id: str
+
+
+@dataclass(eq=False)
+class _Box:
+    """One container holding a state (live or a sandbox's)."""
+
+    container: str
+    image: _Image
+    changes: frozenset[str] = frozenset()
+    dirty: bool = False
+    cached: DockerRef | None = None
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+@dataclass(eq=False)
+class DockerSandbox:
+    """A fork: a container run from a snapshot image."""
+
+    backend: DockerBackend = field(repr=False)
+    box: _Box = field(repr=False)
+    lineage: tuple[str, ...]
+    token: str
+    id: str = field(default_factory=lambda: f"dkr-{next(_ids)}")
+    discarded: bool = False
+    _running: anyio.CancelScope | None = field(default=None, repr=False)
+
+    @property
+    def container_id(self) -> str:
+        return self.box.container
+
+    async def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
+        return await self.backend._execute_in(self, call, requestor)
+
+
+def _talk(sock: Any, payload: bytes, done: threading.Event) -> tuple[bytes, bytes]:
+    """Send ``payload`` to an exec's stdin, then read its multiplexed output to the end (blocking)."""
+    try:
+        raw = sock._sock
+        raw.sendall(payload)
+        raw.shutdown(socket.SHUT_WR)
+        out: list[bytes] = []
+        err: list[bytes] = []
+        for stream, data in frames_iter(sock, tty=False):
+            (out if stream == STDOUT else err).append(data)
+        return b"".join(out), b"".join(err)
+    finally:
+        done.set()
+
+
+def _close_socket(sock: Any) -> None:
+    raw = getattr(sock, "_sock", None)
+    if raw is not None:
+        try:
+            raw.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    response = getattr(sock, "_response", None)
+    if response is not None:
+        response.close()  # first: it flushes the reader that wraps ``sock``
+    sock.close()
+    if raw is not None:
+        raw.close()
+
+
+def _pipe(src: Any, dst: Any, paths: bytes) -> bytes:
+    """Feed ``paths`` to a ``--pack`` exec and its tar output into an ``--apply`` exec; returns stderr."""
+    raw_src, raw_dst = src._sock, dst._sock
+    raw_src.sendall(paths)
+    raw_src.shutdown(socket.SHUT_WR)
+    errors: list[bytes] = []
+    for stream, data in frames_iter(src, tty=False):
+        if stream == STDOUT:
+            raw_dst.sendall(data)
+        else:
+            errors.append(data)
+    raw_dst.shutdown(socket.SHUT_WR)
+    for stream, data in frames_iter(dst, tty=False):
+        if stream != STDOUT:
+            errors.append(data)
+    return b"".join(errors)
+
+
+def _tar_program(program: SandboxProgram) -> bytes:
+    """``/opt/agentspec/{runner,ops}.py``, root-owned and read-only for the sandbox user."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        folder = tarfile.TarInfo(SANDBOX_DIR.lstrip("/"))
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o755
+        tf.addfile(folder)
+        for name, path in (("runner.py", RUNNER_FILE), ("ops.py", program.ops_file)):
+            data = path.read_bytes()
+            info = tarfile.TarInfo(f"{SANDBOX_DIR.lstrip('/')}/{name}")
+            info.size, info.mode = len(data), 0o444
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class DockerBackend:
+    """A working directory inside a Docker container, forked by committing it.  See the module docstring.
+
+    ``image`` is a base image (``agentspec sandbox build``); ``client`` an open
+    :class:`docker.DockerClient` (default: ``DOCKER_HOST`` or the default
+    socket, closed again by :meth:`close`).
+    """
+
+    def __init__(
+        self,
+        program: SandboxProgram,
+        source: Path | None = None,
+        *,
+        image: str,
+        limits: Limits | None = None,
+        commit_mode: CommitMode = "promote",
+        client: docker.DockerClient | None = None,
+        max_layers: int = 100,
+        tmp_size: str = "256m",
+    ) -> None:
+        if source is not None and not source.is_dir():
+            raise ConfigError(f"workspace source {source} is not a directory")
+        if commit_mode not in ("promote", "diff"):
+            raise ConfigError(f"commit_mode must be 'promote' or 'diff', not {commit_mode!r}")
+        self.program = program
+        self.source = source
+        self.image = image
+        self.limits = limits or Limits()
+        self.commit_mode: CommitMode = commit_mode
+        self.max_layers = max(2, max_layers)
+        self.live_token = new_token()
+        self._tmp_size = tmp_size
+        self._client = client
+        self._own_client = client is None
+        self._id = secrets.token_hex(4)
+        self._counter = itertools.count(1)
+        self._garbage: list[str] = []
+        self._stuck: list[str] = []
+        self._sandboxes: set[DockerSandbox] = set()
+        self._live: _Box | None = None
+        self._live_lock = anyio.Lock()  # guards the live slot: live calls, live snapshots, commits
+        self._user = "1000:1000"
+        self._volumes: dict[str, dict[str, str]] = {}
+        self._config: dict[str, Any] = {}
+
+    @classmethod
+    async def open(cls, program: SandboxProgram, source: Path | None = None, **options: Any) -> DockerBackend:
+        backend = cls(program, source, **options)
+        await backend.start()
+        return backend
+
+    async def __aenter__(self) -> DockerBackend:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.close()
+
+    @property
+    def api(self) -> docker.APIClient:
+        if self._client is None:
+            raise SnapshotError("Docker backend not started")
+        return self._client.api
+
+    @property
+    def live_container(self) -> str:
+        """The id of the container that holds the live state."""
+        return self._require_live().container
+
+    # ------------------------------------------------------------------ setup
+
+    async def start(self) -> None:
+        """Connect, sweep leftovers of dead processes, and start the live container."""
+        if self._live is not None:
+            return
+        if self._client is None:
+            self._client = await anyio.to_thread.run_sync(_docker.connect)
+        try:
+            await _docker.call("sweeping leftovers", _docker.sweep, self.api)
+            info = await _docker.call(f"image {self.image}", self.api.inspect_image, self.image)
+            config = info.get("Config") or {}
+            self._config = config
+            self._user = config.get("User") or self._user
+            self._volumes = _docker.parse_mounts((config.get("Labels") or {}).get(MOUNTS))
+            depth = len((info.get("RootFS") or {}).get("Layers") or [None])
+            seed = await self._seed(info["Id"], depth)
+            container = await self._create(seed.id)
+            # Live starts equal to the seed image: the first snapshot is free.
+            self._live = _Box(container=container, image=seed)
+            self._live.cached = DockerRef(image=seed, changes=frozenset(), backend_id=self._id)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.close()
+            raise
+
+    async def _seed(self, base: str, depth: int) -> _Image:
+        """The base image plus the runner and the source, committed once.
+
+        Why an image and not files put into the live container: ``docker commit`` copies a container's
+        whole writable layer, so a source left there would be copied again by every snapshot of live.
+        """
+        seed = await self._create(base, install=_tar_program(self.program), start=False)
+        try:
+            if self.source is not None:
+                await self._put_source(seed, self.source)
+            result = await _docker.call("committing the seed image", self.api.commit, seed, pause=False)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._remove_container(seed)
+        return _Image(result["Id"], depth + 1, self._garbage)
+
+    async def _put_source(self, container: str, source: Path) -> None:
+        uid, _, gid = self._user.partition(":")
+
+        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid, info.gid = int(uid or 1000), int(gid or uid or 1000)
+            info.uname = info.gname = ""
+            return info
+
+        def put() -> None:
+            # A file, not memory: sources can be hundreds of megabytes.
+            with tempfile.TemporaryFile() as fh:
+                with tarfile.open(fileobj=fh, mode="w") as tf:
+                    tf.add(source, arcname=WORKSPACE.lstrip("/"), filter=owned)
+                fh.seek(0)
+                with _docker.translated("copying the source into the live container"):
+                    self.api.put_archive(container, "/", fh)
+
+        await anyio.to_thread.run_sync(put)
+
+    def _host_config(self) -> dict[str, Any]:
+        limits = self.limits
+        return self.api.create_host_config(
+            network_mode="none",
+            mem_limit=limits.memory_bytes,
+            memswap_limit=limits.memory_bytes,  # no swap: the memory limit is the limit
+            nano_cpus=int(limits.cpus * 1e9),
+            pids_limit=limits.pids,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            tmpfs={"/tmp": f"size={self._tmp_size},mode=1777"},
+            binds=self._volumes or None,
+            ulimits=[Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile)],
+        )
+
+    async def _create(self, image_id: str, install: bytes | None = None, start: bool = True) -> str:
+        """Create (and start) a container of ``image_id`` (``install``: a tar put at / before it starts).
+
+        Nothing is left behind if this fails or is cancelled.
+        """
+        name = f"agentspec-{self._id}-{next(self._counter)}"
+        labels = {LABEL: "1", OWNER: owner_tag(), BACKEND: self._id}
+
+        def create() -> str:
+            container = self.api.create_container(
+                image_id, command=[*RUNNER, "--init"], user=self._user, working_dir=WORKSPACE, labels=labels,
+                host_config=self._host_config(), name=name, environment=["HOME=/tmp"],
+            )  # fmt: skip
+            if install is not None:  # before the start: the runner is the container's PID 1
+                self.api.put_archive(container["Id"], "/", install)
+            if start:
+                self.api.start(container["Id"])
+            return str(container["Id"])
+
+        try:
+            return await _docker.call(f"starting a container of {image_id[:19]}", create)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._remove_container(name)
+            raise
+
+    async def _remove_container(self, container: str) -> None:
+        def remove() -> None:
+            try:
+                self.api.remove_container(container, force=True)
+            except docker.errors.NotFound:
+                pass
+
+        await _docker.call(f"removing container {container[:12]}", remove)
+
+    # ------------------------------------------------------------------ protocol
+
+    def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
+        return self.program.tool_specs(requestor)
+
+    def effect(self, name: str) -> Effect:
+        return self.program.effect(name)
+
+    async def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
+        """Run a call in the live container (a call that may write gives live a new token)."""
+        step = plan(self.program, call, requestor)
+        if isinstance(step, Observation):
+            return step
+        async with self._live_lock:
+            observation = await self._run(self._require_live(), step, call, requestor, None)
+            if self.effect(call.name) is not Effect.READ_ONLY:
+                self.live_token = new_token()  # read-only calls leave live, and every fork of it, valid
+        return observation
+
+    async def snapshot(self, source: Sandbox | None = None) -> Snapshot:
+        """Commit the live container, or a sandbox's (reused while its state is unchanged)."""
+        if source is None:
+            async with self._live_lock:
+                ref = await self._freeze(self._require_live())
+                return Snapshot(ref=ref, lineage=(self.live_token,))
+        sandbox = self._own(source)
+        async with sandbox.box.lock:
+            self._own(sandbox)
+            ref = await self._freeze(sandbox.box)
+            return Snapshot(ref=ref, lineage=(*sandbox.lineage, sandbox.token))
+
+    async def fork(self, snapshot: Snapshot) -> DockerSandbox:
+        ref = snapshot.ref
+        if not isinstance(ref, DockerRef) or ref.backend_id != self._id:
+            raise SnapshotError("snapshot does not belong to this Docker backend")
+        container = await self._create(ref.image.id)
+        box = _Box(container=container, image=ref.image, changes=ref.changes)
+        sandbox = DockerSandbox(backend=self, box=box, lineage=snapshot.lineage, token=snapshot.token)
+        self._sandboxes.add(sandbox)
+        return sandbox
+
+    async def commit(self, sandbox: Sandbox) -> None:
+        """Make the sandbox's state live (promotion or diff); :class:`StaleSnapshotError` unless it descends."""
+        box = self._own(sandbox)
+        async with self._live_lock, box.box.lock:
+            self._own(box)
+            live = self._require_live()
+            check_descends(box, self.live_token)
+            with anyio.CancelScope(shield=True):  # never leave the swap half done
+                if self.commit_mode == "promote":
+                    self._live, doomed = box.box, live.container
+                else:
+                    await self._apply_diff(box.box, live)
+                    live.dirty, live.cached = True, None
+                    doomed = box.box.container
+                self.live_token = box.token
+                box.discarded = True
+                self._sandboxes.discard(box)
+                await self._remove_container(doomed)
+                await self._collect()
+
+    async def discard(self, sandbox: Sandbox) -> None:
+        """Kill what runs in the sandbox and remove its container (its image goes once unused)."""
+        if not isinstance(sandbox, DockerSandbox) or sandbox.backend is not self or sandbox.discarded:
+            return
+        sandbox.discarded = True
+        if sandbox._running is not None:
+            sandbox._running.cancel()  # discard kills a running call for real
+        with anyio.CancelScope(shield=True):
+            async with sandbox.box.lock:
+                self._sandboxes.discard(sandbox)
+                await self._remove_container(sandbox.box.container)
+                await self._collect()
+
+    async def close(self) -> None:
+        """Remove every container and image this backend made, and close the client if it is ours."""
+        client, self._client = self._client, None
+        if client is None:
+            return
+        for sandbox in list(self._sandboxes):
+            sandbox.discarded = True
+            if sandbox._running is not None:
+                sandbox._running.cancel()
+        self._sandboxes.clear()
+        self._live = None
+        api = client.api
+
+        def clean() -> None:
+            for info in api.containers(all=True, filters={"label": f"{BACKEND}={self._id}"}):
+                try:
+                    api.remove_container(info["Id"], force=True)
+                except docker.errors.NotFound:
+                    pass
+            images = api.images(all=True, filters={"label": f"{BACKEND}={self._id}"})
+            images.sort(key=lambda info: info.get("Created", 0), reverse=True)
+            _docker.remove_images(api, [info["Id"] for info in images])
+
+        try:
+            await _docker.call("cleaning up", clean)
+        finally:
+            if self._own_client:
+                client.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _require_live(self) -> _Box:
+        if self._live is None:
+            raise SnapshotError("Docker backend is not started (or already closed)")
+        return self._live
+
+    def _own(self, sandbox: Sandbox) -> DockerSandbox:
+        if not isinstance(sandbox, DockerSandbox) or sandbox.backend is not self or sandbox.discarded:
+            raise SnapshotError("can only use a live sandbox of this backend")
+        return sandbox
+
+    async def _changed_paths(self, box: _Box) -> set[str]:
+        changes = await _docker.call("diffing a container", self.api.diff, box.container) or []
+        return {c["Path"] for c in changes if not c["Path"].startswith(_IGNORED_CHANGES)}
+
+    async def _freeze(self, box: _Box) -> DockerRef:
+        """An image of the box's state (caller holds its lock); reused while the box is unchanged."""
+        if not box.dirty and box.cached is not None:
+            return box.cached
+        changes = box.changes
+        if self.commit_mode == "diff" and box is not self._live:
+            changes = changes | await self._changed_paths(box)
+        if box.image.depth + 1 > self.max_layers:
+            image = await self._flatten(box)
+        else:
+            # No pause: nothing runs in the box while we hold its lock, and no process outlives a call.
+            result = await _docker.call("committing a container", self.api.commit, box.container, pause=False)
+            image = _Image(result["Id"], box.image.depth + 1, self._garbage)
+        box.cached = DockerRef(image=image, changes=frozenset(changes), backend_id=self._id)
+        box.dirty = False
+        return box.cached
+
+    async def _flatten(self, box: _Box) -> _Image:
+        """Export the container's filesystem and import it as a one-layer image with the base's config."""
+        changes = [f"USER {self._user}", f"WORKDIR {self._config.get('WorkingDir') or WORKSPACE}"]
+        changes += [f"ENV {item}" for item in self._config.get("Env") or []]
+        labels = {**(self._config.get("Labels") or {}), LABEL: "1", OWNER: owner_tag(), BACKEND: self._id}
+        changes += [f"LABEL {key}={json.dumps(value)}" for key, value in labels.items()]
+
+        def flatten() -> str:
+            with tempfile.TemporaryFile(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as fh:
+                for chunk in self.api.export(box.container):
+                    fh.write(chunk)
+                fh.seek(0)
+                answer = self.api.import_image(src=fh, changes=changes)
+            status = json.loads(str(answer).strip().splitlines()[-1])["status"]
+            return str(status)
+
+        image = _Image(await _docker.call("flattening a container", flatten), 1, self._garbage)
+        self._garbage.extend(self._stuck)  # the old chain loses its last child once this box moves on
+        self._stuck.clear()
+        return image
+
+    async def _collect(self) -> None:
+        """Remove snapshot images nothing references any more.
+
+        An image with child images (the history of a promoted container) cannot go yet; it waits in
+        ``_stuck`` and is tried again only after a flatten frees the chain (and at close), so a commit
+        does not pay one API call per layer of history.
+        """
+        if not self._garbage:
+            return
+        ids, self._garbage[:] = list(self._garbage), []
+        left = await _docker.call("removing images", _docker.remove_images, self.api, ids)
+        self._stuck.extend(left)
+
+    async def _exec_start(self, container: str, cmd: list[str]) -> tuple[str, Any]:
+        def start() -> tuple[str, Any]:
+            exec_id = self.api.exec_create(container, cmd, stdin=True, user=self._user, workdir=WORKSPACE)["Id"]
+            return exec_id, self.api.exec_start(exec_id, socket=True)
+
+        return await _docker.call("starting a command in a container", start)
+
+    async def _exec(self, container: str, payload: bytes) -> tuple[int, bytes, bytes]:
+        """Run the runner with ``payload`` on stdin; cancellation kills every process of the call."""
+        exec_id, sock = await self._exec_start(container, RUNNER)
+        done = threading.Event()
+        try:
+            out, err = await anyio.to_thread.run_sync(_talk, sock, payload, done, abandon_on_cancel=True)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                # Killing the docker client side does not stop an exec: kill the processes inside.
+                await self._kill_all(container)
+                await anyio.to_thread.run_sync(done.wait, 10.0)
+            raise
+        finally:
+            _close_socket(sock)  # after a kill the reader has ended; if not, the shutdown wakes it
+        info = await _docker.call("inspecting a command", self.api.exec_inspect, exec_id)
+        return int(info.get("ExitCode") or 0), out, err
+
+    async def _kill_all(self, container: str) -> None:
+        def kill() -> None:
+            try:
+                exec_id = self.api.exec_create(container, KILL_ALL, user=self._user)["Id"]
+                self.api.exec_start(exec_id)
+            except docker.errors.APIError:
+                pass  # the container is gone already: so are its processes
+
+        await _docker.call("killing a call", kill)
+
+    async def _apply_diff(self, box: _Box, live: _Box) -> None:
+        """Copy the paths the fork (and its ancestors) changed into the live container, deletions included."""
+        paths = sorted(box.changes | await self._changed_paths(box))
+        if not paths:
+            return
+        _, src = await self._exec_start(box.container, [*RUNNER, "--pack"])
+        try:
+            apply_id, dst = await self._exec_start(live.container, [*RUNNER, "--apply"])
+            try:
+                payload = json.dumps({"paths": paths}).encode()
+                errors = await _docker.call("applying a diff", _pipe, src, dst, payload)
+            finally:
+                _close_socket(dst)
+        finally:
+            _close_socket(src)
+        info = await _docker.call("inspecting a command", self.api.exec_inspect, apply_id)
+        if info.get("ExitCode"):
+            raise SnapshotError(f"applying the fork's changes failed: {errors.decode(errors='replace')[-500:]}")
+
+    async def _execute_in(self, sandbox: DockerSandbox, call: ToolCall, requestor: Requestor) -> Observation:
+        self._own(sandbox)
+        step = plan(self.program, call, requestor)
+        if isinstance(step, Observation):
+            return step
+        async with sandbox.box.lock:
+            self._own(sandbox)
+            observation = await self._run(sandbox.box, step, call, requestor, sandbox)
+            if self.effect(call.name) is not Effect.READ_ONLY:
+                sandbox.token = new_token()
+        return observation
+
+    async def _run(
+        self, box: _Box, step: Op, call: ToolCall, requestor: Requestor, sandbox: DockerSandbox | None
+    ) -> Observation:
+        """Run one op in ``box`` (the caller holds its lock); the deadline or a discard kills it."""
+        if self.program.effect(call.name) is not Effect.READ_ONLY:
+            box.dirty = True  # set first: a call killed half way may still have written
+        payload = self.program.request(
+            step, self.limits, workspace=WORKSPACE, ops_path=f"{SANDBOX_DIR}/ops.py", reap=True, memory_rlimit=False
+        )
+        with anyio.CancelScope(deadline=anyio.current_time() + self.limits.call_timeout_s) as scope:
+            if sandbox is not None:
+                sandbox._running = scope
+            try:
+                code, out, err = await self._exec(box.container, payload)
+            finally:
+                if sandbox is not None:
+                    sandbox._running = None
+        if scope.cancelled_caught:
+            if sandbox is not None and sandbox.discarded:
+                return error_observation(call, requestor, "the sandbox was discarded while the call ran")
+            return error_observation(call, requestor, f"the call ran past {self.limits.call_timeout_s}s and was killed")
+        detail = f" (exit code {code}: {err.decode(errors='replace').strip()[-300:]})" if code else ""
+        return answer_observation(call, requestor, out, detail)

@@ -1,0 +1,138 @@
+"""What runs inside a sandbox: a toolkit of declarations plus a standard-library ops module.
+
+A sandboxed environment splits each tool in two.  The *declaration* is an
+ordinary ``@tool`` method of a :class:`~agentspec.tools.Toolkit` (schema from
+the signature, effect class from the decorator) that only says which op to run
+by returning an :class:`Op`.  The *implementation* is a function of the same
+program's ops module, a standard-library-only Python file that is copied into
+every sandbox and run there by ``runner.py`` with the sandbox's own python3::
+
+    class Files(Toolkit):
+        @tool(Effect.READ_ONLY)
+        def read_file(self, path: str) -> Op:
+            \"\"\"Read a file.\"\"\"
+            return Op.of("read_file", path=path)
+
+    program = SandboxProgram(toolkit=Files(), ops_file=Path("ops.py"))   # ops.py: OPS = {"read_file": ...}
+    plan(program, ToolCall(name="read_file", arguments={"path": "a"}))   # Op(name='read_file', ...)
+
+So the agent-facing schema is checked here, in the host process, and
+everything that touches the sandbox's state runs confined inside it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentspec.errors import ConfigError
+from agentspec.tools import Toolkit
+from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
+
+RUNNER_FILE = Path(__file__).with_name("runner.py")
+"""The in-sandbox runner (standard library only)."""
+
+SANDBOX_DIR = "/opt/agentspec"
+"""Where runner and ops module live inside a sandbox (read-only for the sandbox user)."""
+
+WORKSPACE = "/workspace"
+"""The sandbox user's working directory inside a sandbox: the state snapshots capture."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op of a program's ops module with its keyword arguments (JSON values)."""
+
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, name: str, **args: Any) -> Op:
+        return cls(name=name, args=args)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of every sandbox a backend makes, and of every call run in one.
+
+    Docker enforces memory, CPUs and PIDs with cgroups; the overlay and copy
+    backends enforce memory as an address-space rlimit.  ``call_timeout_s`` is
+    the wall-clock limit after which the backend kills a call.
+    """
+
+    memory_bytes: int = 512 * 2**20
+    cpus: float = 1.0
+    pids: int = 256
+    nofile: int = 1024
+    call_timeout_s: float = 300.0
+    max_output: int = 50_000
+
+
+@dataclass(frozen=True)
+class SandboxProgram:
+    """A toolkit whose tools return :class:`Op` values, plus the ops module that implements them."""
+
+    toolkit: Toolkit
+    ops_file: Path
+
+    def __post_init__(self) -> None:
+        if not self.ops_file.is_file():
+            raise ConfigError(f"ops module {self.ops_file} not found")
+
+    def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
+        return self.toolkit.specs()
+
+    def effect(self, name: str) -> Effect:
+        """The tool's effect class; unknown tools are MUTATING (fail closed)."""
+        return self.toolkit.effect(name) if self.toolkit.has_tool(name) else Effect.MUTATING
+
+    def request(
+        self, op: Op, limits: Limits, *, workspace: str, ops_path: str, reap: bool, memory_rlimit: bool = True
+    ) -> bytes:
+        """The runner's stdin for one op (``memory_rlimit``: enforce memory as RLIMIT_AS, where no cgroup does)."""
+        rlimits = {"nofile": limits.nofile}
+        if memory_rlimit:
+            rlimits["memory_bytes"] = limits.memory_bytes
+        body = {
+            "op": op.name,
+            "args": op.args,
+            "ops": ops_path,
+            "workspace": workspace,
+            "limits": rlimits,
+            "reap": reap,
+            "max_output": limits.max_output,
+        }
+        return json.dumps(body).encode()
+
+
+def plan(program: SandboxProgram, call: ToolCall, requestor: Requestor = "assistant") -> Op | Observation:
+    """The op a call asks for, or the error observation when the call itself is wrong.
+
+    Unknown tools and bad arguments are answered like :meth:`Toolkit.run` does
+    (``"Error: ..."``), without entering the sandbox.
+    """
+    try:
+        op = program.toolkit.call(call.name, call.arguments)
+    except Exception as exc:  # noqa: BLE001 - a wrong call is data for the agent
+        return error_observation(call, requestor, str(exc))
+    if not isinstance(op, Op):
+        return error_observation(call, requestor, f"tool {call.name} did not return an Op")
+    return op
+
+
+def error_observation(call: ToolCall, requestor: Requestor, text: str) -> Observation:
+    return Observation(call_id=call.id, name=call.name, content=f"Error: {text}", error=True, requestor=requestor)
+
+
+def answer_observation(call: ToolCall, requestor: Requestor, stdout: bytes, detail: str = "") -> Observation:
+    """Turn the runner's stdout into an observation; a runner that died gives an error observation."""
+    try:
+        answer = json.loads(stdout.decode("utf-8", errors="replace"))
+        ok, content = bool(answer["ok"]), str(answer["content"])
+    except (ValueError, KeyError, TypeError):
+        return error_observation(call, requestor, f"the sandboxed tool died before answering{detail}")
+    if not ok:
+        return error_observation(call, requestor, content)
+    return Observation(call_id=call.id, name=call.name, content=content, requestor=requestor)

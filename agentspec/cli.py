@@ -107,6 +107,10 @@ def _add_model_commands(sub: Any) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     serve.add_argument("--max-tokens", type=int, default=2048, help="completion tokens when a request sets none")
+    serve.add_argument("--decoder", choices=["greedy", "toolspec"], default="greedy",
+                       help="toolspec: lossless tree-speculative decoding of greedy requests")
+    serve.add_argument("--sidecar", nargs="?", const="smollm2-135m", default=None, metavar="MODEL",
+                       help="with --decoder toolspec: a small model predicting each call in the background")
     serve.set_defaults(handler="agentspec.serve.server:serve_command")
 
 

@@ -138,14 +138,32 @@ async def _preflight(client: ModelClient) -> None:
         raise ModelUnavailable(f"model endpoint {client.config.base_url} is not answering: {exc}") from exc
 
 
+async def _embedded_configs(
+    stack: AsyncExitStack, args: argparse.Namespace, user_config: ModelConfig | None
+) -> tuple[ModelConfig, ModelConfig | None]:
+    """No agent endpoint given: serve the default local models from a child ``agentspec serve`` for this run."""
+    from agentspec.models.embedded import DEFAULT_MODELS, embedded_server
+
+    roles = ["agent"] + ([] if args.solo or user_config is not None else ["user"])
+    served = await stack.enter_async_context(embedded_server([DEFAULT_MODELS[role] for role in roles]))
+    overrides = {"temperature": args.temperature} if args.temperature is not None else {}
+
+    def config(role: str) -> ModelConfig:
+        # CPU generation is slow: a long timeout, and no retry that would redo a long generation.
+        model = served.model_ids[DEFAULT_MODELS[role]]
+        return ModelConfig(base_url=served.base_url, model=model, timeout_s=3600, max_retries=0, **overrides)
+
+    return config("agent"), config("user") if "user" in roles else user_config
+
+
 async def _run_llm(bench: Any, args: argparse.Namespace, jobs: list[tuple[Any, int]]) -> list[Any]:
     agent_config = _role_config(args, "agent", "agent")
-    if agent_config is None:
-        raise ConfigError("an LLM run needs --agent-model (or AGENTSPEC_AGENT_MODEL); use --agent oracle to replay gold")
     user_config = None if args.solo else _role_config(args, "user", "user")
-    if not args.solo and user_config is None:
+    if agent_config is not None and not args.solo and user_config is None:
         raise ConfigError("normal mode needs --user-model (or AGENTSPEC_USER_MODEL); or pass --solo")
     async with AsyncExitStack() as stack:
+        if agent_config is None:
+            agent_config, user_config = await _embedded_configs(stack, args, user_config)
         agent_client = await stack.enter_async_context(ModelClient(agent_config))
         user_client = await stack.enter_async_context(ModelClient(user_config)) if user_config else None
         for client in filter(None, (agent_client, user_client)):
@@ -182,7 +200,10 @@ def run_command(args: argparse.Namespace) -> dict[str, Any]:
     jobs = [(task, trial) for trial in range(args.trials) for task in tasks]
     agent_kind = args.agent or ("llm" if (args.agent_model or args.agent_base_url) else None)
     if agent_kind is None:
-        raise ConfigError("say which agent to run: --agent oracle, or --agent-model URL_OR_NAME for an LLM agent")
+        raise ConfigError(
+            "say which agent to run: --agent oracle, --agent llm (local models, served for the run), "
+            "or --agent-model URL_OR_NAME for an LLM agent"
+        )
     started = time.perf_counter()
     runner = _run_oracle if agent_kind == "oracle" else _run_llm
     episodes = anyio.run(runner, bench, args, jobs)

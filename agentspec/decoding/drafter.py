@@ -1,0 +1,166 @@
+"""The one drafter protocol: ``propose(state, budget) -> TokenTree``.
+
+Every source of draft tokens (the schema grammar, retrieval of earlier
+calls, token recycling, external hints) implements :class:`Drafter`.  The
+decoder calls each drafter with the same :class:`DraftState` and merges
+the trees they return into one tree for the verifier; it never asks which
+kind of drafter it holds.  A drafter returns tokens, not statistics: which
+drafter a committed token came from is read off the tree's node sources
+(:mod:`agentspec.decoding.stats` counts them).
+
+A worked example: a drafter that always proposes the tokens of ``", "``
+after a digit::
+
+    class CommaDrafter:
+        name = "comma"
+
+        def propose(self, state: DraftState, budget: int) -> TokenTree:
+            tree = TokenTree(root=state.output[-1], budget=budget)
+            if state.text[-1:].isdigit():
+                for tokens in state.continuations(", "):
+                    tree.add_path(tokens, source=self.name)
+            return tree
+
+With the output ``... "base": 10`` (the last token ``0``), it returns the tree
+``0 -> ","  -> " "`` (or ``0 -> ", "`` where the vocabulary merges them; the
+canonical tokenization in context decides); the verifier then accepts
+``, `` in one forward if the target would have written it.
+
+Per-request data a drafter derives once (an index of the prompt, a grammar
+clone) goes in ``state.request.memo[drafter.name]``; it lives and dies with
+the request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from agentspec.decoding.token_tree import TokenTree
+from agentspec.models.local import LocalModel
+
+__all__ = ["DraftRequest", "DraftState", "Drafter", "Hint", "HintBox", "tokens_in_context"]
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """A source of draft tokens (module docstring)."""
+
+    name: str
+
+    def propose(self, state: DraftState, budget: int) -> TokenTree:
+        """Draft continuations of ``state.output`` as a tree rooted at ``state.output[-1]``, at most ``budget`` nodes."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """An external prediction of the completion text (a sidecar's rendered call, a probe's tokens)."""
+
+    text: str
+    source: str
+
+
+class HintBox:
+    """Hints for one request, put from any thread at any time; drafters read a snapshot and never wait.
+
+    >>> box = HintBox()
+    >>> box.put('{"name": "get_weather"', source="hint.client")
+    >>> [hint.text for hint in box.snapshot()]
+    ['{"name": "get_weather"']
+    """
+
+    def __init__(self, hints: Sequence[Hint] = ()) -> None:
+        self._lock = threading.Lock()
+        self._hints: list[Hint] = list(hints)
+        self.version = len(self._hints)
+
+    def put(self, text: str, source: str = "hint") -> None:
+        if not text:
+            return
+        with self._lock:
+            self._hints.append(Hint(text, source))
+            self.version += 1
+
+    def snapshot(self) -> tuple[Hint, ...]:
+        with self._lock:
+            return tuple(self._hints)
+
+
+@dataclass(eq=False)
+class DraftRequest:
+    """What a request gives every drafter: prompt, tools, grammar, hints; fixed for the request's life."""
+
+    lm: LocalModel
+    prompt: tuple[int, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    """OpenAI function definitions: ``{"name", "description", "parameters"}``."""
+    grammar: str | None = None
+    """The llguidance grammar the output follows (None: unconstrained)."""
+    hints: HintBox = field(default_factory=HintBox)
+    memo: dict[str, Any] = field(default_factory=dict)
+    question: str = ""
+    """The last user message (arguments are often copied from it); empty when unknown."""
+
+    @property
+    def prompt_text(self) -> str:
+        text = self.memo.get("_prompt_text")
+        if text is None:
+            text = b"".join(self.lm.token_bytes(t) for t in self.prompt).decode("utf-8", "replace")
+            self.memo["_prompt_text"] = text
+        return text
+
+
+@dataclass(eq=False)
+class DraftState:
+    """The committed output so far; ``output[-1]`` is the pending token every tree is rooted at."""
+
+    request: DraftRequest
+    output: list[int]
+    matcher: Any = None
+    """The grammar state after ``output`` (llguidance ``LLMatcher``); drafters ``deep_copy`` it, never consume."""
+    successors: dict[int, list[int]] = field(default_factory=dict)
+    """Token recycling: the target's top next tokens after each token, from earlier forwards."""
+    _bytes: bytearray = field(default_factory=bytearray)
+    _counted: int = 0
+
+    @property
+    def lm(self) -> LocalModel:
+        return self.request.lm
+
+    @property
+    def text(self) -> str:
+        """The output decoded (an incomplete UTF-8 tail is left out)."""
+        while self._counted < len(self.output):
+            self._bytes += self.lm.token_bytes(self.output[self._counted])
+            self._counted += 1
+        return bytes(self._bytes).decode("utf-8", "ignore")
+
+    def continuations(self, text: str, tail: int = 4) -> list[list[int]]:
+        """The canonical token ids of ``text`` written after the output (see :func:`tokens_in_context`)."""
+        return tokens_in_context(self.lm, self.output, text, tail=tail)
+
+
+def tokens_in_context(lm: LocalModel, output: Sequence[int], text: str, *, tail: int = 4) -> list[list[int]]:
+    """Canonical tokenizations of ``text`` continuing ``output``: the tokens after the output's tail.
+
+    The last ``tail`` committed tokens are re-tokenized together with
+    ``text``: when the tokenizer keeps their boundary, the tokens after them
+    are what the model writes canonically.  When the boundary merges (the
+    output ends in ``"`` and the text starts with ``,`` where ``",`` is one
+    token), the model cannot take the merged token any more; the text's own
+    tokenization is returned instead.
+    """
+    if not text:
+        return []
+    ids = list(output[-tail:])
+    try:
+        head = b"".join(lm.token_bytes(t) for t in ids).decode("utf-8")
+    except UnicodeDecodeError:
+        return [lm.encode(text)]
+    full = lm.encode(head + text)
+    if full[: len(ids)] == ids and len(full) > len(ids):
+        return [full[len(ids) :]]
+    return [lm.encode(text)]

@@ -1,0 +1,76 @@
+"""Hint drafter: external predictions of the completion join the tree whenever they are ready.
+
+A hint is text that predicts what the model will write: the OoO sidecar's
+rendered call (:mod:`agentspec.decoding.sidecar`), a SPORK probe's tokens
+decoded to text, or anything a client sends.  Hints arrive in the request's
+:class:`~agentspec.decoding.drafter.HintBox` from any thread at any time;
+this drafter reads a snapshot on every tree and never waits, so a hint that
+is late only helps less, and a wrong one only costs tree nodes (the verifier
+accepts nothing the target would not write).
+
+How hints are given:
+
+* HTTP (``agentspec serve --decoder toolspec``): an extra body field
+  ``"agentspec_hints": ["<tool_call>\\n{\\"name\\": ...", ...]`` on
+  ``/v1/chat/completions`` (the OpenAI SDK: ``extra_body={"agentspec_hints":
+  [...]}``); each string predicts the completion text from its start.
+* Python: ``ToolSpecDecoder.generate(..., hints=[text])`` at the start, or
+  ``generation.hints.put(text, source="hint.spork")`` on a running
+  :class:`~agentspec.decoding.decoder.Generation` from any thread.
+
+Alignment: while the output is a prefix of a hint, the rest of the hint is
+drafted; once they differ (the model wrote another value), the end of the
+output is looked up in the hint with a suffix automaton and what followed it
+there is drafted, so a hint with one wrong argument still drafts the
+structure and the other arguments.  Example: hint ``{"name": "f",
+"arguments": {"a": 1, "b": 2}}``, output ``{"name": "f", "arguments": {"a":
+7`` -> after the model writes ``,`` the drafter proposes `` "b": 2}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentspec.decoding.drafter import DraftState, Hint
+from agentspec.decoding.suffix_index import SuffixAutomaton
+from agentspec.decoding.token_tree import TokenTree
+
+__all__ = ["HintDrafter"]
+
+
+class HintDrafter:
+    """Drafts from the request's hints (module docstring)."""
+
+    name = "hint"
+
+    def __init__(self, *, max_chars: int = 160, min_match: int = 3) -> None:
+        self.max_chars = max_chars
+        self.min_match = min_match
+
+    def propose(self, state: DraftState, budget: int) -> TokenTree:
+        tree = TokenTree(root=state.output[-1], budget=budget)
+        hints = state.request.hints.snapshot()
+        if not hints:
+            return tree
+        text = state.text
+        memo: dict[str, Any] = state.request.memo.setdefault(self.name, {})
+        for hint in hints:
+            if tree.room <= 0:
+                break
+            for piece in self._pieces(memo, hint, text):
+                for tokens in state.continuations(piece):
+                    tree.add_path(tokens, hint.source)
+        return tree
+
+    def _pieces(self, memo: dict[str, Any], hint: Hint, text: str) -> list[str]:
+        if hint.text.startswith(text):
+            rest = hint.text[len(text) : len(text) + self.max_chars]
+            return [rest] if rest else []
+        entry = memo.get(id(hint))
+        if entry is None:
+            index = SuffixAutomaton()
+            index.add(hint.text)
+            entry = memo[id(hint)] = (hint, index, index.matcher())
+        _, index, matcher = entry
+        matcher.follow(text)
+        return index.continuations(matcher, max_chars=self.max_chars, min_match=self.min_match)

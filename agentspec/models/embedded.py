@@ -1,0 +1,102 @@
+"""The embedded backend: a child ``agentspec serve`` on a free loopback port, for as long as a block runs.
+
+When a run is given no model endpoint, it serves local models itself::
+
+    async with embedded_server(["qwen2.5-coder-0.5b"]) as served:
+        config = ModelConfig(base_url=served.base_url, model=served.model_ids["qwen2.5-coder-0.5b"])
+        ...
+
+The child binds port 0 (so no port race), pulls a registry model on first use,
+and announces its URL and served ids (a folder is served under its name) with a
+``{"event": "ready", ...}`` line on stdout; its
+stderr (progress, errors) is the parent's.  Leaving the block terminates it
+(SIGTERM, then SIGKILL after ``stop_timeout_s``), also on error or
+cancellation.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.abc import Process
+
+from agentspec.errors import ModelUnavailable
+
+__all__ = ["DEFAULT_MODELS", "EmbeddedServer", "embedded_server"]
+
+DEFAULT_MODELS: dict[str, str] = {
+    "agent": "qwen2.5-coder-0.5b",
+    "user": "qwen2.5-coder-0.5b",
+    "speculator": "smollm2-135m",
+}
+"""The local model each role gets when no endpoint is given (see README, "Local models")."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedServer:
+    """A running child server: its base URL and the id it serves each requested model under."""
+
+    base_url: str
+    model_ids: dict[str, str]
+
+
+@asynccontextmanager
+async def embedded_server(
+    models: list[str], *, max_tokens: int | None = None, startup_timeout_s: float = 3600, stop_timeout_s: float = 20
+) -> AsyncIterator[EmbeddedServer]:
+    """Serve ``models`` (names or paths, deduplicated) from a child process while the block runs.
+
+    ``max_tokens`` is the server's completion cap for requests that set none.
+    """
+    unique = list(dict.fromkeys(models))
+    command = [sys.executable, "-m", "agentspec.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
+    if max_tokens is not None:
+        command += ["--max-tokens", str(max_tokens)]
+    for model in unique:
+        command += ["--model", model]
+    process = await anyio.open_process(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None)
+    try:
+        with anyio.fail_after(startup_timeout_s):
+            ready = await _wait_ready(process)
+        yield EmbeddedServer(str(ready["base_url"]), dict(zip(unique, map(str, ready["models"]), strict=True)))
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop(process, stop_timeout_s)
+
+
+async def _wait_ready(process: Process) -> dict[str, Any]:
+    """Read the child's stdout until its ready line; :class:`ModelUnavailable` if it exits first."""
+    assert process.stdout is not None
+    buffer = b""
+    async for chunk in process.stdout:
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(event, dict) and event.get("event") == "ready":
+                return event
+    code = await process.wait()
+    raise ModelUnavailable(
+        f"the embedded model server exited (code {code}) before it was ready; see its messages above"
+    )
+
+
+async def _stop(process: Process, timeout_s: float) -> None:
+    if process.returncode is None:
+        process.terminate()
+        with anyio.move_on_after(timeout_s):
+            await process.wait()
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
+    await process.aclose()

@@ -1,0 +1,91 @@
+"""The OpenAI-compatible ASGI app (Starlette) over one or more :class:`Engine`.
+
+Routes: ``GET /v1/models``, ``GET /v1/models/{id}``,
+``POST /v1/chat/completions``, ``GET /health`` and ``GET /stats`` (per-model
+counters: requests, completed, cancelled, active, prompt/cached/generated
+tokens, prefix-cache entries).  Every error is an OpenAI-style JSON body
+``{"error": {"message", "type", "param", "code"}}`` with its HTTP status; an
+unexpected exception answers 500 and the server keeps serving.  Test it
+in-process through ``httpx.ASGITransport`` or over a socket with
+:class:`agentspec.serve.server.ServerThread`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agentspec.serve.completions import CompletionResponse, prepare
+from agentspec.serve.engine import Engine
+from agentspec.serve.protocol import APIError
+
+__all__ = ["DEFAULT_MAX_TOKENS", "create_app"]
+
+DEFAULT_MAX_TOKENS = 2048
+"""Completion tokens when a request sets no ``max_tokens`` (small models can loop for a whole context)."""
+
+
+def _error(status: int, message: str, *, type: str, code: str | None = None) -> JSONResponse:
+    return JSONResponse(APIError(status, message, type=type, code=code).body, status_code=status)
+
+
+def create_app(engines: dict[str, Engine], *, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> Starlette:
+    """The server app; ``engines`` maps each served model id to its engine."""
+    created = int(time.time())
+
+    def model_card(model_id: str) -> dict[str, Any]:
+        lm = engines[model_id].lm
+        return {"id": model_id, "object": "model", "created": created, "owned_by": "agentspec",
+                "max_model_len": lm.context_length}
+
+    async def list_models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [model_card(name) for name in engines]})
+
+    async def get_model(request: Request) -> Response:
+        name = request.path_params["model"]
+        if name not in engines:
+            return _error(404, f"the model {name!r} does not exist", type="invalid_request_error",
+                          code="model_not_found")
+        return JSONResponse(model_card(name))
+
+    async def chat(request: Request) -> Response:
+        body = await request.body()
+        try:
+            prepared = await anyio.to_thread.run_sync(prepare, body, engines, default_max_tokens)
+        except APIError as exc:
+            return JSONResponse(exc.body, status_code=exc.status)
+        return CompletionResponse(prepared)  # type: ignore[return-value]
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "models": list(engines)})
+
+    async def stats(request: Request) -> Response:
+        return JSONResponse({
+            name: {**dataclasses.asdict(engine.stats), "prefix_cache_entries": len(engine.prefix_cache)}
+            for name, engine in engines.items()
+        })
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", type=kind)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return _error(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error")
+
+    routes = [
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/stats", stats, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})

@@ -1,0 +1,289 @@
+"""One ``/v1/chat/completions`` request: prepare it, run it, answer as JSON or server-sent events.
+
+:func:`prepare` validates the request and turns it into prompt tokens,
+sampling parameters and, when a call is required, a grammar constraint (every
+user mistake is a 400/404 :class:`APIError` before any model work).
+:class:`CompletionResponse` is an ASGI response that runs the generation
+while watching the connection: a client that disconnects cancels its
+generation at the next token.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from agentspec.models.parsing import extract_tool_calls
+from agentspec.serve.engine import Engine, SamplingParams, TokenOut
+from agentspec.serve.grammar import GrammarConstraint, check_tools, tool_grammar
+from agentspec.serve.prompt import render_prompt
+from agentspec.serve.protocol import APIError, ChatRequest, parse_request
+from agentspec.serve.text import TextAssembler, ToolCallHoldback
+
+__all__ = ["CompletionResponse", "Prepared", "prepare"]
+
+Send = Any
+Receive = Any
+
+
+@dataclass
+class Prepared:
+    """A validated request, ready to run on ``engine``."""
+
+    request: ChatRequest
+    engine: Engine
+    prompt: list[int]
+    params: SamplingParams
+    constraint: GrammarConstraint | None
+    context: Any = None
+    """The engine decoder's view of the request (ToolSpec: tools, hints, per-request stats), if it has one."""
+
+
+def prepare(body: bytes, engines: dict[str, Engine], default_max_tokens: int) -> Prepared:
+    """Validate ``body`` and build the generation inputs (blocking: run it in a worker thread)."""
+    request = parse_request(body)
+    engine = engines.get(request.model)
+    if engine is None:
+        raise APIError(
+            404, f"the model {request.model!r} does not exist; served: {', '.join(engines)}",
+            code="model_not_found", param="model",
+        )
+    lm = engine.lm
+    if request.tools_active and request.tools:
+        check_tools(request.tools, lm.ll_tokenizer)
+    prompt = lm.encode(render_prompt(lm, request))
+    limit = request.token_limit
+    room = lm.context_length - len(prompt)
+    if room <= 0 or (limit is not None and limit > room):
+        raise APIError(
+            400, f"this model's maximum context length is {lm.context_length} tokens; the messages have "
+            f"{len(prompt)} and {limit or 1} more were requested", code="context_length_exceeded", param="messages",
+        )
+    params = SamplingParams(
+        max_tokens=min(limit or default_max_tokens, room), temperature=request.temperature, top_p=request.top_p,
+        seed=request.seed, top_logprobs=request.top_logprobs or 0, ignore_eos=request.ignore_eos,
+    )
+    constraint = None
+    if request.requires_call and request.tools:
+        grammar = tool_grammar(
+            request.tools, only=request.forced_function, parallel=bool(request.parallel_tool_calls),
+            ll_tokenizer=lm.ll_tokenizer,
+        )
+        constraint = GrammarConstraint(grammar, lm.ll_tokenizer, lm.vocab_size)
+    context = engine.decoder.context(request) if engine.decoder is not None else None
+    return Prepared(request, engine, prompt, params, constraint, context)
+
+
+def _tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Parsed text calls in OpenAI form; arguments that are not an object stay as their raw text."""
+    out = []
+    for call in calls:
+        arguments = call["arguments"]
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        call_id = call.get("id") or f"call_{uuid.uuid4().hex[:24]}"
+        out.append({"id": call_id, "type": "function", "function": {"name": call["name"], "arguments": text}})
+    return out
+
+
+class _Run:
+    """Accumulates one generation's text, logprobs and counts."""
+
+    def __init__(self, prepared: Prepared) -> None:
+        self.prepared = prepared
+        self.text = TextAssembler(prepared.request.stops)
+        self.logprobs: list[dict[str, Any]] = []
+        self.completion_tokens = 0
+        self.cached_tokens = 0
+        self.finish: str | None = None
+
+    @property
+    def wants_logprobs(self) -> bool:
+        request = self.prepared.request
+        return request.logprobs or bool(request.top_logprobs)
+
+    def absorb(self, tokens: list[TokenOut]) -> tuple[str, list[dict[str, Any]]]:
+        """Feed generated tokens; return the text they release and their logprob entries."""
+        lm = self.prepared.engine.lm
+        released, entries = [], []
+        for token in tokens:
+            if self.text.stopped:
+                break
+            self.completion_tokens += 1
+            released.append(self.text.feed(lm.token_bytes(token.id)))
+            if self.wants_logprobs:
+                entries.append(self._logprob_entry(token))
+        self.logprobs.extend(entries)
+        return "".join(released), entries
+
+    def _logprob_entry(self, token: TokenOut) -> dict[str, Any]:
+        lm = self.prepared.engine.lm
+
+        def one(token_id: int, logprob: float) -> dict[str, Any]:
+            raw = lm.token_bytes(token_id)
+            return {"token": raw.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(raw)}
+
+        return {**one(token.id, token.logprob), "top_logprobs": [one(i, lp) for i, lp in token.top]}
+
+    def usage(self) -> dict[str, Any]:
+        prompt = len(self.prepared.prompt)
+        return {
+            "prompt_tokens": prompt, "completion_tokens": self.completion_tokens,
+            "total_tokens": prompt + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            **self._decoding(),
+        }
+
+    def _decoding(self) -> dict[str, Any]:
+        """``agentspec_decoding``: the ToolSpec decoder's per-request statistics, when it served the request."""
+        context = self.prepared.context
+        report = context.usage() if context is not None else None
+        return {"agentspec_decoding": report} if report is not None else {}
+
+    def set_cached(self, cached: int) -> None:
+        self.cached_tokens = cached
+
+    async def steps(self) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+        """Async iterator over ``(text, logprob entries)`` per step; sets :attr:`finish` at the end."""
+        prepared = self.prepared
+        generation = prepared.engine.generate(
+            prepared.prompt, prepared.params, prepared.constraint, self.set_cached, context=prepared.context
+        )
+        async with aclosing(generation) as steps:
+            async for tokens, finish in steps:
+                yield self.absorb(tokens)
+                if self.text.stopped:
+                    self.finish = "stop"
+                    return
+                self.finish = finish
+
+
+class CompletionResponse:
+    """An ASGI response running ``prepared`` (JSON, or SSE with ``stream``); disconnects cancel it."""
+
+    def __init__(self, prepared: Prepared) -> None:
+        self.prepared = prepared
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        stats = self.prepared.engine.stats
+        stats.requests += 1
+        async with anyio.create_task_group() as group:
+            group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
+            try:
+                if self.prepared.request.stream:
+                    await self._stream(send)
+                else:
+                    await self._complete(send)
+            except anyio.get_cancelled_exc_class():
+                stats.cancelled += 1
+                raise
+            stats.completed += 1
+            group.cancel_scope.cancel()
+
+    # ------------------------------------------------------------ JSON
+
+    async def _complete(self, send: Send) -> None:
+        run = _Run(self.prepared)
+        async with aclosing(run.steps()) as steps:
+            async for _ in steps:
+                pass
+        run.text.finish()
+        message, finish = self._message(run)
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+        if run.wants_logprobs:
+            choice["logprobs"] = {"content": run.logprobs}
+        body = {"id": self.id, "object": "chat.completion", "created": self.created,
+                "model": self.prepared.request.model, "choices": [choice], "usage": run.usage()}
+        await _send_json(send, 200, body)
+
+    def _message(self, run: _Run) -> tuple[dict[str, Any], str | None]:
+        text = run.text.text
+        if self.prepared.request.tools_active:
+            calls, rest = extract_tool_calls(text)
+            if calls:
+                return {"role": "assistant", "content": rest or None, "tool_calls": _tool_calls(calls)}, "tool_calls"
+        return {"role": "assistant", "content": text}, run.finish
+
+    # ------------------------------------------------------------ SSE
+
+    async def _stream(self, send: Send) -> None:
+        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        run = _Run(self.prepared)
+        holdback = ToolCallHoldback() if self.prepared.request.tools_active else None
+        await self._event(send, {"role": "assistant", "content": ""})
+        try:
+            async with aclosing(run.steps()) as steps:
+                async for piece, entries in steps:
+                    content = holdback.feed(piece) if holdback else piece
+                    if content or entries:
+                        await self._event(send, {"content": content} if content else {}, logprobs=entries)
+            await self._stream_end(send, run, holdback)
+        except APIError as exc:
+            await _sse(send, exc.body)
+        except (RuntimeError, ValueError) as exc:
+            await _sse(send, {"error": {"message": str(exc), "type": "server_error", "param": None, "code": None}})
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+    async def _stream_end(self, send: Send, run: _Run, holdback: ToolCallHoldback | None) -> None:
+        tail = run.text.finish()
+        finish = run.finish
+        if holdback is None:
+            if tail:
+                await self._event(send, {"content": tail})
+        else:
+            content = holdback.feed(tail)
+            calls, rest = extract_tool_calls(holdback.held) if holdback.held.strip() else ([], holdback.held)
+            content += rest if calls else holdback.held
+            if content:
+                await self._event(send, {"content": content})
+            if calls:
+                finish = "tool_calls"
+                deltas = [{"index": i, **call} for i, call in enumerate(_tool_calls(calls))]
+                await self._event(send, {"tool_calls": deltas})
+        await self._event(send, {}, finish=finish)
+        options = self.prepared.request.stream_options or {}
+        if options.get("include_usage"):
+            await _sse(send, self._chunk([], usage=run.usage()))
+
+    async def _event(
+        self, send: Send, delta: dict[str, Any], *, logprobs: list[dict[str, Any]] | None = None,
+        finish: str | None = None,
+    ) -> None:
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+        if logprobs:
+            choice["logprobs"] = {"content": logprobs}
+        await _sse(send, self._chunk([choice]))
+
+    def _chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                 "model": self.prepared.request.model, "choices": choices}
+        if usage is not None:
+            chunk["usage"] = usage
+        return chunk
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+async def _sse(send: Send, data: dict[str, Any]) -> None:
+    body = b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+    data = json.dumps(body, ensure_ascii=False).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data, "more_body": False})

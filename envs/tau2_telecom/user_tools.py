@@ -8,6 +8,8 @@ initialisation and evaluation call by name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from typing import Any
 
 from pydantic import ValidationError
@@ -552,43 +554,34 @@ class PhoneTools(Toolkit):
     # The turn_* helpers reuse the toggle tools (searches included) and toggle
     # a second time if the first toggle landed on the wrong side.
 
+    def _toggle_to(self, toggle: Callable[[], object], field: str, wanted: bool) -> None:
+        toggle()
+        if getattr(self.db.device, field) != wanted:
+            toggle()
+
     def turn_airplane_mode_on(self) -> None:
-        self.toggle_airplane_mode()
-        if not self.db.device.airplane_mode:
-            self.toggle_airplane_mode()
+        self._toggle_to(self.toggle_airplane_mode, "airplane_mode", True)
 
     def turn_airplane_mode_off(self) -> None:
-        self.toggle_airplane_mode()
-        if self.db.device.airplane_mode:
-            self.toggle_airplane_mode()
+        self._toggle_to(self.toggle_airplane_mode, "airplane_mode", False)
 
     def turn_data_off(self) -> None:
-        self.toggle_data()
-        if self.db.device.data_enabled:
-            self.toggle_data()
+        self._toggle_to(self.toggle_data, "data_enabled", False)
 
     def turn_data_on(self) -> None:
         self.db.device.data_enabled = True
 
     def turn_roaming_off(self) -> None:
-        self.toggle_roaming()
-        if self.db.device.roaming_enabled:
-            self.toggle_roaming()
+        self._toggle_to(self.toggle_roaming, "roaming_enabled", False)
 
     def turn_roaming_on(self) -> None:
-        self.toggle_roaming()
-        if not self.db.device.roaming_enabled:
-            self.toggle_roaming()
+        self._toggle_to(self.toggle_roaming, "roaming_enabled", True)
 
     def turn_data_saver_mode_on(self) -> None:
-        self.toggle_data_saver_mode()
-        if not self.db.device.data_saver_mode:
-            self.toggle_data_saver_mode()
+        self._toggle_to(self.toggle_data_saver_mode, "data_saver_mode", True)
 
     def turn_data_saver_mode_off(self) -> None:
-        self.toggle_data_saver_mode()
-        if self.db.device.data_saver_mode:
-            self.toggle_data_saver_mode()
+        self._toggle_to(self.toggle_data_saver_mode, "data_saver_mode", False)
 
     def unseat_sim_card(self) -> None:
         self.db.device.sim_card_missing = True

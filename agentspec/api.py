@@ -189,7 +189,7 @@ class Executor:
             if self.spork:
                 if not isinstance(authority, LLMPolicy):
                     raise ConfigError("SPORK probes the authority's own endpoint: give the authority as a ModelConfig")
-                prober = LLMProber(authority.client, prompt, opening=self.probe_opening)
+                prober = LLMProber.of(authority, opening=self.probe_opening)
             speculator = await self._policy(self.speculator, stack, prompt, tools, queue=False) if self.speculator else None
             log = RunLog(self.log_path) if self.log_path else None
             if log is not None:

@@ -69,6 +69,13 @@ def _add_bench_commands(sub: Any) -> None:
     spec.add_argument("--probe-every", type=int, default=16, help="SPORK: probe again every N authority tokens")
     spec.add_argument("--probe-accuracy", type=float, default=0.9, help="SPORK with --agent oracle: simulated probe hit rate")
     spec.add_argument("--no-cost-model", action="store_true", help="SPORK: probe and dispatch regardless of the cost model")
+    spec.add_argument("--answer-prefix", default="",
+                      help="LLM agent: start every answer with this text, continued by the endpoint "
+                           "(continue_final_message), and allow text before the call (tool_choice auto); e.g. "
+                           "'Thought:' or '<think>\\n', so the agent reasons first and SPORK probes can overtake it")
+    spec.add_argument("--probe-opening", choices=["fenced", "hermes"], default="fenced",
+                      help="SPORK: the call opening a probe forces: fenced json (Qwen coder models) or "
+                           "'</think>\\n\\n<tool_call>' (Qwen3-style hermes models)")
     spec.add_argument("--timeline", help="write a PNG timeline of the first task's episode (last mode) here")
     run.set_defaults(handler="agentspec.bench.commands:run_command")
 

@@ -94,7 +94,9 @@ def bfcl_rate(sdk: openai.OpenAI, model: str, items: list[tuple[dict[str, Any], 
               max_tokens: int) -> dict[str, Any]:
     valid_calls = right_args = 0
     started = time.perf_counter()
-    for question, answer in items:
+    for done, (question, answer) in enumerate(items):
+        if done and done % 10 == 0:
+            print(f"  {model} {choice}: {done}/{len(items)}, {valid_calls} valid", file=sys.stderr, flush=True)
         function = question["function"][0]
         schema = json_schema(function["parameters"])
         tools = [{"type": "function", "function": {**function, "parameters": schema}}]
@@ -160,7 +162,7 @@ def prefix_cache(sdk: openai.OpenAI, model: str) -> dict[str, Any]:
 def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     pull(name)
     started = time.perf_counter()
-    engines = load_engines([name])
+    engines = load_engines([name], decoder=args.decoder)
     result: dict[str, Any] = {"load_s": round(time.perf_counter() - started, 1)}
     with ServerThread(engines) as server, openai.OpenAI(base_url=server.base_url, api_key="x", timeout=3600) as sdk:
         result |= speed(sdk, name, args.decode_tokens)
@@ -172,6 +174,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 "free": bfcl_rate(sdk, name, items, "auto", args.max_tokens),
                 "constrained": bfcl_rate(sdk, name, items, "required", args.max_tokens),
             }
+    result["decoder"] = args.decoder
     print(f"{name}: {json.dumps(result)}", file=sys.stderr, flush=True)
     return result
 
@@ -183,6 +186,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=100, help="first N BFCL simple_python questions")
     parser.add_argument("--max-tokens", type=int, default=128, help="completion cap for BFCL answers")
     parser.add_argument("--decode-tokens", type=int, default=32)
+    parser.add_argument("--decoder", default="greedy", choices=["greedy", "toolspec"],
+                        help="toolspec: the same greedy answers (tests/test_decoding*.py), in fewer forwards; "
+                             "decode/prefill speeds are then the ToolSpec decoder's")
     args = parser.parse_args()
     results = {name: run_model(name, args) for name in args.models.split(",") if name}
     print(json.dumps({"models": results, "bfcl_limit": args.limit}))

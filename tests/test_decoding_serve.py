@@ -93,6 +93,41 @@ def test_streamed_toolspec_answer_and_sampled_requests_fall_back(apps: dict[str,
     assert "agentspec_decoding" not in sampled["usage"]
 
 
+def test_a_probe_hands_its_text_to_the_running_request_as_hints(apps: dict[str, Any]) -> None:
+    """Partial-token accept: ``agentspec_hint_for`` turns a probe's text into draft hints of a running request."""
+    app = apps["toolspec"]
+    story = [{"role": "user", "content": "Tell me a story about a lighthouse."}]
+    base = {"messages": story, "max_tokens": 120, "ignore_eos": True, "logprobs": True}
+    _, alone = post(app, base)
+    tokens = [entry["token"] for entry in alone["choices"][0]["logprobs"]["content"]]
+    ahead = "".join(tokens[:40])  # a probe that already knows where the answer is going (a forced opening)
+
+    async def go() -> tuple[Any, Any]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=300) as client:
+            answers: dict[str, Any] = {}
+
+            async def authority() -> None:
+                body = {"model": SMOL, "temperature": 0, **base, "agentspec_request_id": "authority-1"}
+                answers["authority"] = (await client.post("/v1/chat/completions", json=body)).json()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(authority)
+                while (await client.get("/stats")).json()[SMOL]["active"] == 0:
+                    await anyio.sleep(0.01)
+                probe = {"model": SMOL, "temperature": 0, "max_tokens": 10, "agentspec_hint_for": "authority-1",
+                         "messages": [*story, {"role": "assistant", "content": ahead}],
+                         "continue_final_message": True, "add_generation_prompt": False}
+                answers["probe"] = (await client.post("/v1/chat/completions", json=probe)).json()
+            return answers["authority"], (await client.get("/stats")).json()[SMOL]
+
+    answer, counters = anyio.run(go)
+    assert answer["choices"][0]["message"]["content"] == alone["choices"][0]["message"]["content"]
+    assert counters["hints_forwarded"] >= 1
+    accepted = answer["usage"]["agentspec_decoding"]["accepted_by_source"]
+    assert accepted.get("hint.spork", 0) > 0, accepted
+
+
 def test_serve_takes_a_decoder_flag() -> None:
     args = build_parser().parse_args(["serve", "--model", SMOL, "--decoder", "toolspec", "--sidecar"])
     assert args.decoder == "toolspec" and args.sidecar == "smollm2-135m"

@@ -244,3 +244,53 @@ def test_disconnect_cancels_a_plain_generation(server: ServerThread) -> None:
     after = _wait_idle(server)
     assert after["active"] == 0 and after["cancelled"] == before["cancelled"] + 1
     assert after["generated_tokens"] - before["generated_tokens"] < 500
+
+
+def _story(client: openai.OpenAI, max_tokens: int) -> tuple[Any, list[str]]:
+    reply = ask(client, [{"role": "user", "content": "Tell me a story about a lighthouse."}], max_tokens=max_tokens,
+                logprobs=True, extra_body={"ignore_eos": True})
+    return reply, [entry.token for entry in reply.choices[0].logprobs.content]
+
+
+def test_continue_final_message_goes_on_from_the_unfinished_answer(client: openai.OpenAI) -> None:
+    whole, tokens = _story(client, 14)
+    cut = "".join(tokens[:6])
+    messages = [{"role": "user", "content": "Tell me a story about a lighthouse."}, {"role": "assistant", "content": cut}]
+    rest = ask(client, messages, max_tokens=8, extra_body={
+        "continue_final_message": True, "add_generation_prompt": False, "ignore_eos": True})
+    assert rest.choices[0].message.content == "".join(tokens[6:14])
+    # The whole first answer is in the prefix cache: only the last prompt token is computed again.
+    assert rest.usage.prompt_tokens == whole.usage.prompt_tokens + 6
+    assert rest.usage.prompt_tokens_details.cached_tokens == rest.usage.prompt_tokens - 1
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"continue_final_message": True}, "needs add_generation_prompt false"),
+    ({"continue_final_message": True, "add_generation_prompt": False}, "needs a last assistant message"),
+])
+def test_continuation_needs_an_unfinished_assistant_message(
+    client: openai.OpenAI, extra: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(openai.BadRequestError, match=message):
+        ask(client, CAPITAL, extra_body=extra)
+
+
+def test_a_probe_forked_from_a_running_answer_reuses_its_cache(server: ServerThread, client: openai.OpenAI) -> None:
+    question = [{"role": "user", "content": "Describe the sea in many words."}]
+    prompt_tokens = ask(client, question, max_tokens=1).usage.prompt_tokens
+    stream = ask(client, question, max_tokens=3000, stream=True, extra_body={"ignore_eos": True})
+    partial = ""
+    for chunk in stream:
+        partial += chunk.choices[0].delta.content or "" if chunk.choices else ""
+        if len(partial) > 40:
+            break
+    probe = ask(client, [*question, {"role": "assistant", "content": partial}], max_tokens=2,
+                extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    running = stats(server, MODEL)["active"]
+    stream.close()
+    assert running == 1, "the answer being forked from should still be running"
+    # Everything the running answer had computed up to the fork point is reused (the retokenized
+    # boundary may cost a token or two).
+    cached = probe.usage.prompt_tokens_details.cached_tokens
+    assert cached > prompt_tokens + 4 and cached >= probe.usage.prompt_tokens - 3
+    _wait_idle(server)

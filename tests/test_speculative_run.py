@@ -98,6 +98,33 @@ def test_llm_authority_and_llm_speculator_over_http(tau2_dir, tmp_path, capsys):
     assert summary["modes"]["sequential"]["reward_mean"] == 1.0
 
 
+def test_spork_over_http_with_a_reasoning_llm_authority(tau2_dir, capsys):
+    """`--mode spork --answer-prefix`: the agent reasons first; a confident probe's call commits early."""
+    import re
+
+    call_text = 'toggle_airplane_mode", "arguments": {}}\n```'
+    sure = [{"token": t, "logprob": -0.01, "bytes": list(t.encode()), "top_logprobs": []}
+            for t in re.findall(r"\s*\S+|\s+", call_text)]
+    bodies = []
+
+    def responder(request):
+        bodies.append(request)
+        if request.get("agentspec_hint_for"):
+            return {"content": call_text, "logprobs": sure}
+        if any(m["role"] == "tool" for m in request["messages"]):
+            return {"tool_calls": [{"name": "done", "arguments": {}}]}
+        return {"content": " The phone is in airplane mode, so I will switch it off.",
+                "tool_calls": [{"name": "toggle_airplane_mode", "arguments": {}}], "chunk_delay_s": 0.05}
+
+    with ScriptedOpenAIServer(responder) as srv:
+        summary = run(capsys, "--task-ids", AIRPLANE, "--solo", "--mode", "spork", "--agent-model", srv.base_url,
+                      "--answer-prefix", "Thought:", "--probe-every", "4", "--no-cost-model", "--data-dir", str(tau2_dir))
+    assert summary["reward_mean"] == 1.0
+    assert summary["commits_spork"] == 1 and summary["probe_hits"] >= 1
+    first = next(b for b in bodies if b.get("agentspec_request_id"))
+    assert first["tool_choice"] == "auto" and first["messages"][-1] == {"role": "assistant", "content": "Thought:"}
+
+
 def test_verified_macro_commits_update_the_saved_library(tau2_dir, tmp_path, capsys):
     library = MacroLibrary(bench="tau2-telecom", parameters={"tau": 0.5}, macros=[
         Macro(id="apn-fix", n=20, k=19, lcb=0.8, steps=[MacroStep(name="reset_apn_settings"), MacroStep(name="reboot_device")]),

@@ -262,3 +262,99 @@ def test_llm_prober_over_http_dispatches_before_the_authority_finishes():
     assert executor.backend.live.toolkit.n == 2
     assert probes and probes[0]["logprobs"] is True and probes[0]["max_tokens"] <= 64
     assert result.result.metrics.time_overlapped_s > 0
+
+
+def test_probes_of_a_real_served_model_share_its_prefix_and_change_nothing():
+    """smollm2 behind `agentspec serve`: probes reuse the authority's cached prompt; the run is the sequential one."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from local_models import served
+
+    from agentspec.models import ModelClient, ModelConfig
+    from agentspec.runtime.policies import LLMPolicy
+    from agentspec.runtime.probe import LLMProber
+
+    model = "smollm2-135m"
+    prompt = "You keep a key-value store. Task: put 1 under key a, then increment a, then call done."
+
+    async def run(spork: bool):
+        async with ModelClient(ModelConfig(base_url=server.base_url, model=model, timeout_s=300)) as client:
+            backend = InProcessBackend(KVEnvironment())
+            tools = backend.tool_specs() + [ToolSpec(name="done", description="Finish.", parameters={"type": "object", "properties": {}})]
+            policy = LLMPolicy(client, prompt, tools, tool_choice="auto", max_tokens=24)
+            prober = LLMProber.of(policy, opening='<tool_call>\n{"name": "', max_tokens=16) if spork else None
+            loop = ExecutionLoop(backend, policy, None, config=ExecutorConfig(mode="sequential", max_calls=1),
+                                 prober=prober, spork=SporkConfig(probe_every=8, cost_model=False))
+            return backend, await loop.run()
+
+    with served(model) as server:
+        plain_backend, plain = anyio.run(run, False)
+        spork_backend, probed = anyio.run(run, True)
+    assert [(s.call, s.observation.content) for s in probed.steps] == [(s.call, s.observation.content) for s in plain.steps]
+    assert spork_backend.live.state == plain_backend.live.state
+    m = probed.metrics
+    assert m.probes >= 1 and m.probe_prompt_tokens > 0
+    assert m.probe_cached_tokens >= 0.8 * m.probe_prompt_tokens  # the shared prompt is not computed again
+
+
+def test_probe_prefix_never_doubles_the_call_opening():
+    from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, probe_prefix
+
+    assert probe_prefix("Check a.\n", FENCED_OPENING) == 'Check a.\n```json\n{"name": "'
+    assert probe_prefix('Check a.\n```json\n{"na', FENCED_OPENING) == 'Check a.\n```json\n{"name": "'
+    assert probe_prefix("<think>\nhmm", HERMES_OPENING) == '<think>\nhmm</think>\n\n<tool_call>\n{"name": "'
+    assert probe_prefix("<think>\nhmm</think>\n\n<tool_call>\n{", HERMES_OPENING) == \
+        '<think>\nhmm</think>\n\n<tool_call>\n{"name": "'
+
+
+def test_llm_probes_fork_the_authority_request_and_name_it_for_hints():
+    """Over HTTP: the probe continues the authority's own unfinished answer with its tools, and hints its request."""
+    import re
+
+    from scripted_openai_server import ScriptedOpenAIServer
+
+    from agentspec.models import ModelClient, ModelConfig
+    from agentspec.runtime.policies import LLMPolicy
+    from agentspec.runtime.probe import FENCED_OPENING, LLMProber
+
+    call_text = 'get", "arguments": {"key": "a"}}\n```'
+    sure = [{"token": t, "logprob": -0.01, "bytes": list(t.encode()), "top_logprobs": []}
+            for t in re.findall(r"\s*\S+|\s+", call_text)]
+
+    def responder(request):
+        messages = request["messages"]
+        if request.get("agentspec_hint_for"):
+            return {"content": call_text, "logprobs": sure}
+        if not any(m["role"] == "tool" for m in messages):
+            return {"content": "I will read key a first, then decide what to change.",
+                    "tool_calls": [{"name": "get", "arguments": {"key": "a"}}], "chunk_delay_s": 0.05}
+        return {"content": "Nothing else to do.", "tool_calls": [{"name": "done", "arguments": {}}]}
+
+    async def go(srv):
+        async with ModelClient(ModelConfig(base_url=srv.base_url, model="scripted-model")) as client:
+            backend = InProcessBackend(KVEnvironment({"a": 5}))
+            tools = backend.tool_specs() + [ToolSpec(name="done", description="Finish.")]
+            policy = LLMPolicy(client, "Keep the store.", tools, tool_choice="auto", answer_prefix="Thought:")
+            loop = ExecutionLoop(backend, policy, None, config=ExecutorConfig(mode="sequential", max_calls=3),
+                                 prober=LLMProber.of(policy), spork=SporkConfig(probe_every=3, cost_model=False))
+            return backend, await loop.run()
+
+    with ScriptedOpenAIServer(responder) as srv:
+        backend, result = anyio.run(go, srv)
+        requests = list(srv.requests)
+    assert [s.source for s in result.steps] == ["spork"]
+    assert result.metrics.commits_spork == 1 and result.metrics.live_executions == 0  # ran once, early, in a fork
+    assert result.steps[0].observation.content == backend.live.execute(result.steps[0].call).content
+    authority = [r for r in requests if r.get("agentspec_request_id")]
+    probes = [r for r in requests if r.get("agentspec_hint_for")]
+    assert authority and probes
+    first = authority[0]
+    assert first["messages"][-1] == {"role": "assistant", "content": "Thought:"} and first["continue_final_message"]
+    probe = probes[0]
+    assert probe["agentspec_hint_for"] == first["agentspec_request_id"]
+    assert probe["continue_final_message"] is True and probe["add_generation_prompt"] is False
+    assert probe["tools"] == first["tools"] and probe["messages"][:-1] == first["messages"][:-1]
+    continued = probe["messages"][-1]["content"]
+    assert continued.startswith("Thought:") and continued.endswith(FENCED_OPENING)

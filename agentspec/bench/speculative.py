@@ -28,7 +28,7 @@ from agentspec.runtime.executor import MODES, ExecutorConfig, parse_mode
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.metrics import ExecutionMetrics, aggregate
 from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
-from agentspec.runtime.probe import LLMProber, Prober, SimulatedProber
+from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, LLMProber, Prober, SimulatedProber
 from agentspec.runtime.runlog import RunLog, TaskLog
 from agentspec.runtime.spork import SporkConfig
 
@@ -115,14 +115,19 @@ async def _run_mode(setup: _Setup, bench: Any, mode: str, jobs: list[tuple[Any, 
             return None
         if setup.oracle:
             return SimulatedProber(bench.gold_calls(task), args.probe_accuracy, spork_distractors, task_id=task.id, seed=args.seed)
-        return LLMProber(clients["agent"], bench.agent_prompt(task, solo=True))  # type: ignore[arg-type]
+        opening = HERMES_OPENING if args.probe_opening == "hermes" else FENCED_OPENING
+        return LLMProber.of(authority_policy(task), opening=opening)
+
+    def authority_policy(task: Any) -> LLMPolicy:
+        return LLMPolicy(clients["agent"], bench.agent_prompt(task, solo=True), tools,  # type: ignore[arg-type]
+                         tool_choice="auto" if args.answer_prefix else "required", answer_prefix=args.answer_prefix)
 
     def policies(task: Any) -> tuple[Policy, Policy | None]:
         gold = bench.gold_calls(task)
         if setup.oracle:
             authority: Policy = OracleAuthority(gold)
         else:
-            authority = LLMPolicy(clients["agent"], bench.agent_prompt(task, solo=True), tools)  # type: ignore[arg-type]
+            authority = authority_policy(task)
         if base_mode == "sequential":
             return authority, None
         if setup.noisy_p is not None:

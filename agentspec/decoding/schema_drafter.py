@@ -321,7 +321,8 @@ def _call_matcher(request: DraftRequest, call_text: str) -> Any:
 
         defs = [ToolDef.model_validate({"type": "function", "function": tool}) for tool in request.tools]
         grammar = request.memo["schema.follower"] = tool_grammar(defs, ll_tokenizer=request.lm.ll_tokenizer)
-    matcher = require("llguidance").LLMatcher(request.lm.ll_tokenizer, grammar)
+    # Silent: output that is not a call (free text, a malformed call) is an expected miss here, not a warning.
+    matcher = require("llguidance").LLMatcher(request.lm.ll_tokenizer, grammar, log_level=0)
     # The grammar reads bytes, whatever the tokenization: the opening tag (a special token where the
     # vocabulary has one, which encode() yields too), then the call so far.
     opening = request.lm.encode("<tool_call>\n")

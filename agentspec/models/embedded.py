@@ -49,14 +49,16 @@ class EmbeddedServer:
 
 @asynccontextmanager
 async def embedded_server(
-    models: list[str], *, max_tokens: int | None = None, startup_timeout_s: float = 3600, stop_timeout_s: float = 20
+    models: list[str], *, max_tokens: int | None = None, decoder: str = "greedy", startup_timeout_s: float = 3600,
+    stop_timeout_s: float = 20,
 ) -> AsyncIterator[EmbeddedServer]:
     """Serve ``models`` (names or paths, deduplicated) from a child process while the block runs.
 
-    ``max_tokens`` is the server's completion cap for requests that set none.
+    ``max_tokens`` is the server's completion cap for requests that set none;
+    ``decoder`` is ``agentspec serve --decoder`` (``greedy`` or ``toolspec``).
     """
     unique = list(dict.fromkeys(models))
-    command = [sys.executable, "-m", "agentspec.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
+    command = [sys.executable, "-m", "agentspec.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--decoder", decoder]
     if max_tokens is not None:
         command += ["--max-tokens", str(max_tokens)]
     for model in unique:

@@ -46,6 +46,9 @@ class ExecutionMetrics:
     probe_hits: int = 0
     probe_name_hits: int = 0
     probe_tokens: int = 0
+    probe_prompt_tokens: int = 0
+    probe_cached_tokens: int = 0
+    """Prompt tokens of the probes the endpoint served from its prefix cache (when it reports them)."""
     gated_out: int = 0
     invalid_probes: int = 0
     early_dispatches: int = 0

@@ -124,21 +124,35 @@ class LLMPolicy:
     simulated: bool = False
     queue_extra_calls: bool = True
     """Authority: make further calls of a multi-call answer in later steps.  Speculator: ignore them."""
+    tool_choice: str = "required"
+    """``"required"`` constrains the answer to a call; ``"auto"`` lets the model write text (reasoning) first."""
+    answer_prefix: str = ""
+    """Text every answer starts with (``"<think>\n"``, ``"Thought:"``): sent as an unfinished assistant
+    message the endpoint continues (``continue_final_message``), so the model reasons before it calls."""
     _queued: list[ToolCall] = field(default_factory=list)
     """Further calls of a multi-call answer, made one per step before asking again."""
 
     async def decide(self, history: History) -> Decision:
         if self._queued:
             return Decision(call=self._queued.pop(0))
-        result = await self.client.chat(history_messages(self.system_prompt, history), **self._request())
+        result = await self.client.chat(self._messages(history), **self._request())
         return self._decision(result)
 
-    async def decide_streaming(self, history: History, progress: Callable[[str, int], Awaitable[None]]) -> Decision:
-        """Like :meth:`decide`, reporting the text so far and a token count as the answer streams in."""
+    async def decide_streaming(
+        self, history: History, progress: Callable[[str, int], Awaitable[None]], request_id: str | None = None,
+    ) -> Decision:
+        """Like :meth:`decide`, reporting the text so far and a token count as the answer streams in.
+
+        ``request_id`` names the request on the server (``agentspec_request_id``)
+        so that probes can send it draft hints while it runs.
+        """
         if self._queued:
             return Decision(call=self._queued.pop(0))
         text, tokens = "", 0
-        async with self.client.stream_chat(history_messages(self.system_prompt, history), **self._request()) as stream:
+        request = self._request()
+        if request_id is not None:
+            request["extra_body"] = {**request.get("extra_body", {}), "agentspec_request_id": request_id}
+        async with self.client.stream_chat(self._messages(history), **request) as stream:
             async for event in stream:
                 if isinstance(event, ChatResult):
                     return self._decision(event)
@@ -148,8 +162,18 @@ class LLMPolicy:
                 await progress(text, tokens)
         raise ModelOutputError("the stream ended without a result")
 
+    def _messages(self, history: History) -> list[Message]:
+        messages = history_messages(self.system_prompt, history)
+        if self.answer_prefix:
+            messages.append(Message(role="assistant", content=self.answer_prefix))
+        return messages
+
     def _request(self) -> dict[str, Any]:
-        return {"tools": self.tools, "tool_choice": "required", "temperature": self.temperature, "max_tokens": self.max_tokens}
+        request: dict[str, Any] = {"tools": self.tools, "tool_choice": self.tool_choice, "temperature": self.temperature,
+                                   "max_tokens": self.max_tokens}
+        if self.answer_prefix:
+            request["extra_body"] = {"continue_final_message": True, "add_generation_prompt": False}
+        return request
 
     def _decision(self, result: ChatResult) -> Decision:
         usage = result.usage

@@ -44,13 +44,19 @@ class ProbeResult:
     confidence: float
     tokens: int = 0
     text: str = ""
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
 
 
 class Prober(Protocol):
     simulated: bool
 
-    async def probe(self, history: History, partial: str) -> ProbeResult:
-        """Guess the call the authority is about to make, given its output so far."""
+    async def probe(self, history: History, partial: str, hint_for: str | None = None) -> ProbeResult:
+        """Guess the call the authority is about to make, given its output so far.
+
+        ``hint_for``: the server-side id of the authority's running request,
+        which gets the probe's text as a draft hint (partial-token accept).
+        """
         ...
 
 
@@ -82,36 +88,73 @@ def schema_errors(arguments: dict[str, Any], spec: ToolSpec) -> list[str]:
     return errors
 
 
+_CALL_MARKERS = ("<tool_call>", "```json")
+
+
+def probe_prefix(partial: str, opening: str) -> str:
+    """The unfinished assistant text a probe continues: ``partial`` with the call opening forced.
+
+    If the authority has already begun its call, the call it began is
+    replaced by the opening (greedy decoding writes the same tokens again),
+    so the opening is never doubled::
+
+        >>> probe_prefix('Check the line.\n```json\n{"na', FENCED_OPENING)
+        'Check the line.\n```json\n{"name": "'
+    """
+    marker = next((m for m in _CALL_MARKERS if m in opening), None)
+    if marker is not None and marker in partial:
+        return partial[: partial.rindex(marker)] + opening[opening.index(marker):]
+    return partial + opening
+
+
 @dataclass
 class LLMProber:
     """Probes an OpenAI-compatible endpoint that can continue a final assistant message.
 
     The request carries ``continue_final_message`` / ``add_generation_prompt``
-    in its body, as vLLM and ``agentspec serve`` understand them; the prefix
-    cache makes the shared prompt nearly free.
+    in its body, as vLLM and ``agentspec serve`` understand them, and the same
+    tools as the authority's request (rendered into the same prompt; not
+    enforced), so the prefix cache makes the shared prompt nearly free.
     """
 
     client: ModelClient
     system_prompt: str
     opening: str = FENCED_OPENING
     max_tokens: int = 48
+    tools: list[ToolSpec] | None = None
+    answer_prefix: str = ""
+    """What the authority's answers start with (its ``answer_prefix``), before the streamed text."""
     simulated: bool = False
 
-    async def probe(self, history: History, partial: str) -> ProbeResult:
+    @classmethod
+    def of(cls, policy: Any, *, opening: str = FENCED_OPENING, max_tokens: int = 48) -> LLMProber:
+        """A prober for an :class:`~agentspec.runtime.policies.LLMPolicy`: same endpoint, prompt, tools, prefix."""
+        return cls(policy.client, policy.system_prompt, opening=opening, max_tokens=max_tokens, tools=policy.tools,
+                   answer_prefix=policy.answer_prefix)
+
+    async def probe(self, history: History, partial: str, hint_for: str | None = None) -> ProbeResult:
         messages = history_messages(self.system_prompt, history)
-        messages.append(Message(role="assistant", content=partial + self.opening))
+        messages.append(Message(role="assistant", content=probe_prefix(self.answer_prefix + partial, self.opening)))
+        extra: dict[str, Any] = {"continue_final_message": True, "add_generation_prompt": False}
+        if hint_for is not None:
+            extra["agentspec_hint_for"] = hint_for
         try:
             result = await self.client.chat(
-                messages, max_tokens=self.max_tokens, temperature=0.0, logprobs=True,
-                extra_body={"continue_final_message": True, "add_generation_prompt": False},
+                messages, tools=self.tools, tool_choice="auto" if self.tools else None, max_tokens=self.max_tokens,
+                temperature=0.0, logprobs=True, extra_body=extra,
             )
         except ModelError:
             return ProbeResult(None, 0.0)
-        text = result.message.content or ""
+        # The generated text token by token: a continuation that happens to hold a whole call of its
+        # own may have been parsed out of ``content``.
+        text = "".join(t.token for t in result.logprobs) if result.logprobs else result.message.content or ""
         logprobs = [t.logprob for t in result.logprobs or []]
         tokens = result.usage.completion_tokens if result.usage else len(logprobs)
         call = parse_probe(self.opening, text)
-        return ProbeResult(call, confidence(logprobs) if call else 0.0, tokens, text)
+        usage = result.usage
+        return ProbeResult(call, confidence(logprobs) if call else 0.0, tokens, text,
+                           prompt_tokens=usage.prompt_tokens if usage else 0,
+                           cached_tokens=(usage.cached_tokens or 0) if usage else 0)
 
 
 def parse_probe(opening: str, continuation: str) -> ToolCall | None:
@@ -147,7 +190,7 @@ class SimulatedProber:
     seed: int = 0
     simulated: bool = True
 
-    async def probe(self, history: History, partial: str) -> ProbeResult:
+    async def probe(self, history: History, partial: str, hint_for: str | None = None) -> ProbeResult:
         pointer = gold_pointer(self.gold, history)
         truth = self.gold[pointer] if pointer < len(self.gold) else None
         context = "|".join(call.canonical() for call, _ in history) + f"|{len(partial)}"

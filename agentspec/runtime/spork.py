@@ -20,6 +20,7 @@ latency model in chunks of ``probe_every`` tokens, so probes interleave with it.
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,8 @@ class SporkConfig:
     probe_every: int = 16
     cost_model: bool = True
     contention: float = 1.0
+    forward_hints: bool = True
+    """Name the authority's request so probes hand it their text as draft hints (``agentspec serve --decoder toolspec``)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.gate <= 1.0 or self.probe_every < 1:
@@ -66,12 +69,14 @@ class Spork:
         self.dispatched: Draft | None = None
         self._probed: list[tuple[ProbeResult, float]] = []
         self._decision_end = 0.0
+        self._request_id: str | None = None
 
     # -- one authority decision ---------------------------------------------------------
 
     async def decide(self, authority: Policy, history: History, group: anyio.abc.TaskGroup) -> Decision:
         """The authority's decision, with probes running beside it."""
         self._probed = []
+        self._request_id = uuid.uuid4().hex if self.config.forward_hints and not authority.simulated else None
         send, receive = anyio.create_memory_object_stream[tuple[str, int]](math.inf)
         async with anyio.create_task_group() as probes:
             probes.start_soon(self._probe_loop, receive, history, group)
@@ -92,7 +97,9 @@ class Spork:
         decide_streaming = getattr(authority, "decide_streaming", None)
         if decide_streaming is None:
             return await authority.decide(history)
-        return await decide_streaming(history, progress)
+        if self._request_id is None:
+            return await decide_streaming(history, progress)
+        return await decide_streaming(history, progress, request_id=self._request_id)
 
     async def _simulate_decode(self, decision: Decision, progress: Progress) -> None:
         latency = self.loop.latency
@@ -125,7 +132,10 @@ class Spork:
 
     async def _probe_once(self, history: History, partial: str, group: anyio.abc.TaskGroup) -> None:
         started = anyio.current_time()
-        result = await self.prober.probe(history, partial)
+        if self._request_id is None:
+            result = await self.prober.probe(history, partial)
+        else:
+            result = await self.prober.probe(history, partial, hint_for=self._request_id)
         if self.prober.simulated and self.loop.latency is not None and self.loop.latency.authority is not None:
             decode = self.loop.latency.authority.decode_tokens_per_s
             await anyio.sleep(max(result.tokens, 1) / decode)  # the prompt is cached: only the call is decoded
@@ -133,6 +143,8 @@ class Spork:
         self.cost.observe_probe(answered - started)
         self.metrics.probes += 1
         self.metrics.probe_tokens += result.tokens
+        self.metrics.probe_prompt_tokens += result.prompt_tokens
+        self.metrics.probe_cached_tokens += result.cached_tokens
         self._probed.append((result, answered))
         self.loop.timeline.add("probe", started - self.loop._t0, answered - self.loop._t0,
                                result.call.name if result.call else "?", f"{result.confidence:.2f}")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,23 +175,48 @@ class CompletionResponse:
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         stats = self.prepared.engine.stats
         stats.requests += 1
+        self.run = _Run(self.prepared)
         async with anyio.create_task_group() as group:
             group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
             try:
-                if self.prepared.request.stream:
-                    await self._stream(send)
-                else:
-                    await self._complete(send)
+                with self._hint_links():
+                    if self.prepared.request.stream:
+                        await self._stream(send)
+                    else:
+                        await self._complete(send)
             except anyio.get_cancelled_exc_class():
                 stats.cancelled += 1
                 raise
             stats.completed += 1
             group.cancel_scope.cancel()
 
+    @contextmanager
+    def _hint_links(self) -> Iterator[None]:
+        """Register this request as a hint target; on the way out, hand its text to the request it hints.
+
+        A probe's text (its continued message plus what it generated, even
+        when it was cut short) predicts the running request's output; the
+        ToolSpec decoder of that request drafts from it (partial-token accept).
+        """
+        request, engine = self.prepared.request, self.prepared.engine
+        target_id = request.agentspec_request_id
+        if target_id is not None and self.prepared.context is not None:
+            engine.contexts[target_id] = self.prepared.context
+        try:
+            yield
+        finally:
+            if target_id is not None and engine.contexts.get(target_id) is self.prepared.context:
+                del engine.contexts[target_id]
+            target = engine.contexts.get(request.agentspec_hint_for) if request.agentspec_hint_for else None
+            if target is not None and self.run.text.text:
+                prefix = request.messages[-1].text() if request.continue_final_message else ""
+                target.put_hint(prefix + self.run.text.text, "hint.spork")
+                engine.stats.hints_forwarded += 1
+
     # ------------------------------------------------------------ JSON
 
     async def _complete(self, send: Send) -> None:
-        run = _Run(self.prepared)
+        run = self.run
         async with aclosing(run.steps()) as steps:
             async for _ in steps:
                 pass
@@ -217,7 +242,7 @@ class CompletionResponse:
     async def _stream(self, send: Send) -> None:
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        run = _Run(self.prepared)
+        run = self.run
         holdback = ToolCallHoldback() if self.prepared.request.tools_active else None
         await self._event(send, {"role": "assistant", "content": ""})
         try:

@@ -12,15 +12,18 @@ step in flight finishes first, so the lock is always released cleanly.
 
 Prefix reuse: finished (or cancelled) requests leave their KV cache in a small
 LRU :class:`PrefixCache`.  A new request starts from the entry sharing the
-longest token prefix with its prompt (a probe forked from an agent's prompt,
-the next turn of a conversation), and only the rest of the prompt is
-computed; ``cached_tokens`` reports how many prompt tokens were reused.
+longest token prefix with its prompt (the next turn of a conversation), or
+from a request still running (a probe forked from an agent's unfinished
+answer: its prompt is the agent's prompt plus the text generated so far), and
+only the rest of the prompt is computed; ``cached_tokens`` reports how many
+prompt tokens were reused.  Sharing a running request's cache is safe because
+caches only ever grow by concatenation into new tensors, never in place.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -68,6 +71,8 @@ class EngineStats:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
+    hints_forwarded: int = 0
+    """Probe texts handed to a running request as draft hints (``agentspec_hint_for``)."""
 
 
 @dataclass(eq=False)
@@ -89,13 +94,21 @@ class PrefixCache:
     max_tokens: int = 32_768
     _entries: list[_Entry] = field(default_factory=list)
 
-    def lookup(self, prompt: list[int]) -> tuple[int, list[tuple[Any, Any]]]:
+    def lookup(self, prompt: list[int], running: Sequence[Any] = ()) -> tuple[int, list[tuple[Any, Any]]]:
+        """The longest reusable prefix among the entries and the ``running`` generations (``covered``, ``layers()``)."""
         query = np.asarray(prompt, dtype=np.int64)
         best, best_len = None, 0
         for entry in self._entries:
             length = _common_prefix(entry.tokens, query)
             if length > best_len:
                 best, best_len = entry, length
+        live, live_len = None, 0
+        for generation in running:
+            length = _common_prefix(np.asarray(generation.covered, dtype=np.int64), query)
+            if length > max(best_len, live_len):
+                live, live_len = generation, length
+        if live is not None:
+            return min(live_len, len(prompt) - 1), live.layers()
         best_len = min(best_len, len(prompt) - 1)
         if best is None or best_len <= 0:
             return 0, []
@@ -244,6 +257,9 @@ class Engine:
         self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
         self._lock = anyio.Lock()
         self._prefill_chunk = prefill_chunk
+        self._running: list[Any] = []
+        self.contexts: dict[str, Any] = {}
+        """Decoder contexts of running requests by their ``agentspec_request_id`` (targets of hints)."""
 
     async def _locked(self, work: Callable[[], T]) -> T:
         async with self._lock:
@@ -266,6 +282,7 @@ class Engine:
         gen: _Generation | None = None
         try:
             gen = await self._locked(lambda: self._start(prompt, params, constraint, context))
+            self._running.append(gen)
             if on_start is not None:
                 on_start(gen.cached)
             while not gen.prefilled:
@@ -279,6 +296,7 @@ class Engine:
         finally:
             self.stats.active -= 1
             if gen is not None:
+                self._running.remove(gen)
                 self.prefix_cache.store(gen.covered, gen.layers())
                 if hasattr(gen, "close"):
                     gen.close()
@@ -286,7 +304,7 @@ class Engine:
     def _start(
         self, prompt: list[int], params: SamplingParams, constraint: GrammarConstraint | None, context: Any = None,
     ) -> _Generation:
-        reuse = self.prefix_cache.lookup(prompt)
+        reuse = self.prefix_cache.lookup(prompt, [gen for gen in self._running if gen.prefilled])
         self.stats.cached_tokens += reuse[0]
         if self.decoder is not None:
             gen = self.decoder.start_generation(self.lm, prompt, params, reuse, constraint, self._prefill_chunk, context)

@@ -30,23 +30,32 @@ _TOOLS_PREAMBLE = (
 
 
 def render_prompt(model: LocalModel, request: ChatRequest) -> str:
-    """The prompt text for ``request`` (generation prompt included); a 400 :class:`APIError` if it cannot render."""
+    """The prompt text for ``request``; a 400 :class:`APIError` if it cannot render.
+
+    With ``continue_final_message`` the prompt is the conversation before the
+    last message with a generation prompt, then that message's text verbatim:
+    exactly what the model saw while it was writing that text itself, so a
+    probe forked from a running request shares its tokens (and KV cache).
+    """
+    source = request.messages[:-1] if request.continue_final_message else request.messages
+    opened = request.add_generation_prompt or request.continue_final_message
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools or []] if request.tools_active else []
     try:
         if model.supports_tools:
-            messages = [_native(message) for message in request.messages]
-            return _apply(model, messages, tools or None)
-        messages = [_hermes(message) for message in request.messages]
-        if tools:
-            messages = _with_tool_preamble(messages, tools)
-        return _apply(model, messages, None)
+            text = _apply(model, [_native(message) for message in source], tools or None, opened)
+        else:
+            messages = [_hermes(message) for message in source]
+            if tools:
+                messages = _with_tool_preamble(messages, tools)
+            text = _apply(model, messages, None, opened)
+        return text + request.messages[-1].text() if request.continue_final_message else text
     except ValueError as exc:
         raise APIError(400, f"invalid messages: {exc}", param="messages") from None
 
 
-def _apply(model: LocalModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+def _apply(model: LocalModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, opened: bool) -> str:
     try:
-        text = model.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        text = model.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=opened, tokenize=False)
     except jinja2.TemplateError as exc:
         # Templates raise on conversations they cannot render (roles out of order, ...).
         raise ValueError(f"the chat template rejected them: {exc}") from None

@@ -109,6 +109,14 @@ class ChatRequest(_Lenient):
     """vLLM's extension: keep generating past end-of-sequence (benchmarks)."""
     agentspec_hints: list[str] | None = None
     """Predicted completion texts for the ToolSpec decoder to draft from (agentspec.decoding.hint_drafter)."""
+    continue_final_message: bool = False
+    """vLLM's extension: the last (assistant) message is unfinished; generation continues its text."""
+    add_generation_prompt: bool = True
+    """vLLM's extension: open a new assistant turn after the messages (off with ``continue_final_message``)."""
+    agentspec_request_id: str | None = Field(default=None, min_length=1, max_length=128)
+    """A client-chosen id under which other requests can send this one hints while it runs."""
+    agentspec_hint_for: str | None = Field(default=None, min_length=1, max_length=128)
+    """The ``agentspec_request_id`` of a running request that gets this request's text as a hint (SPORK probes)."""
 
     @field_validator("stop")
     @classmethod
@@ -154,7 +162,19 @@ def parse_request(raw: bytes) -> ChatRequest:
         where = ".".join(str(part) for part in first["loc"])
         raise APIError(400, f"invalid request: {where}: {first['msg']}", param=where) from None
     _check_tool_choice(request)
+    _check_continuation(request)
     return request
+
+
+def _check_continuation(request: ChatRequest) -> None:
+    if not request.continue_final_message:
+        return
+    last = request.messages[-1]
+    if request.add_generation_prompt:
+        raise APIError(400, "continue_final_message needs add_generation_prompt false", param="add_generation_prompt")
+    if last.role != "assistant" or last.tool_calls:
+        raise APIError(400, "continue_final_message needs a last assistant message with text and no tool_calls",
+                       param="messages")
 
 
 def _check_tool_choice(request: ChatRequest) -> None:

@@ -96,7 +96,8 @@ def bfcl_rate(sdk: openai.OpenAI, model: str, items: list[tuple[dict[str, Any], 
     started = time.perf_counter()
     for done, (question, answer) in enumerate(items):
         if done and done % 10 == 0:
-            print(f"  {model} {choice}: {done}/{len(items)}, {valid_calls} valid", file=sys.stderr, flush=True)
+            print(f"  {model} {choice}: {done}/{len(items)}, {valid_calls} valid, {right_args} exact arguments, "
+                  f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         function = question["function"][0]
         schema = json_schema(function["parameters"])
         tools = [{"type": "function", "function": {**function, "parameters": schema}}]

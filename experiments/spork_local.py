@@ -68,7 +68,8 @@ async def episode(bench: TelecomBench, task: Any, client: ModelClient, args: arg
     execution = record.get("execution") or {}
     calls = [[(c.name, c.arguments) for c in m.tool_calls] for m in result.trajectory.messages if m.tool_calls]
     return {"task": task.id, "wall_s": result.timings["wall_s"], "reward": record.get("reward"),
-            "error": record.get("error"), "metrics": execution.get("metrics", {}), "calls": calls}
+            "error": record.get("error"), "metrics": execution.get("metrics", {}), "calls": calls,
+            "cost_model": execution.get("spork_cost_model")}
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -140,9 +141,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--split", default="base")
     parser.add_argument("--limit", type=int, default=4)
     parser.add_argument("--max-calls", type=int, default=3, help="authority decisions per episode")
-    parser.add_argument("--max-tokens", type=int, default=96, help="per authority decision")
+    parser.add_argument("--max-tokens", type=int, default=192, help="per authority decision")
     parser.add_argument("--probe-tokens", type=int, default=40)
-    parser.add_argument("--tool-latency", type=float, default=2.0, help="seconds every tool call takes")
+    parser.add_argument("--tool-latency", type=float, default=4.0, help="seconds every tool call takes")
     parser.add_argument("--answer-prefix", default="Thought:",
                         help="what each authority answer starts with (continued by the server), so it reasons first")
     parser.add_argument("--gate", type=float, default=0.9)

@@ -302,8 +302,8 @@ def test_probes_of_a_real_served_model_share_its_prefix_and_change_nothing():
 def test_probe_prefix_never_doubles_the_call_opening():
     from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, probe_prefix
 
-    assert probe_prefix("Check a.\n", FENCED_OPENING) == 'Check a.\n```json\n{"name": "'
-    assert probe_prefix('Check a.\n```json\n{"na', FENCED_OPENING) == 'Check a.\n```json\n{"name": "'
+    assert probe_prefix("Check a.\n", FENCED_OPENING) == 'Check a.\n```json\n{\n  "name": "'
+    assert probe_prefix('Check a.\n```json\n{"na', FENCED_OPENING) == 'Check a.\n```json\n{\n  "name": "'
     assert probe_prefix("<think>\nhmm", HERMES_OPENING) == '<think>\nhmm</think>\n\n<tool_call>\n{"name": "'
     assert probe_prefix("<think>\nhmm</think>\n\n<tool_call>\n{", HERMES_OPENING) == \
         '<think>\nhmm</think>\n\n<tool_call>\n{"name": "'
@@ -358,3 +358,17 @@ def test_llm_probes_fork_the_authority_request_and_name_it_for_hints():
     assert probe["tools"] == first["tools"] and probe["messages"][:-1] == first["messages"][:-1]
     continued = probe["messages"][-1]["content"]
     assert continued.startswith("Thought:") and continued.endswith(FENCED_OPENING)
+
+
+def test_the_cost_model_learns_tool_latency_from_every_execution():
+    """Live executions teach it too: a run whose probes never dispatch still knows what its tools cost."""
+    async def go():
+        loop = ExecutionLoop(InProcessBackend(KVEnvironment()), OracleAuthority(SCRIPT), None,
+                             config=ExecutorConfig(mode="sequential"), latency=LATENCY,
+                             prober=ScriptedProber(SCRIPT, conf=0.1), spork=SporkConfig())
+        await loop.run()
+        return loop.spork.report()
+
+    report = run_trio(go)
+    assert report["tools"]["put"]["tool_s"] == pytest.approx(3.0)
+    assert report["agent"]["tool_s"] == pytest.approx(3.0)

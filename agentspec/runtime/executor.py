@@ -228,7 +228,10 @@ class ExecutionLoop:
         if self.latency is not None:
             await anyio.sleep(self.latency.tool.seconds(call.name, self._rng))
         observation = await execute(call)
-        self.timeline.add(lane, started - self._t0, anyio.current_time() - self._t0, call.name)
+        finished = anyio.current_time()
+        self.timeline.add(lane, started - self._t0, finished - self._t0, call.name)
+        if self.spork is not None:  # every execution (live, draft, early dispatch) teaches SPORK the tool's latency
+            self.spork.cost.observe_tool(call.name, finished - started)
         return observation
 
     # ------------------------------------------------------------------ deciding a step

@@ -32,8 +32,8 @@ from agentspec.runtime.latency import estimate_tokens
 from agentspec.runtime.policies import History, gold_pointer, history_messages
 from agentspec.types import Message, ToolCall, ToolSpec
 
-FENCED_OPENING = '```json\n{"name": "'
-"""The Qwen2.5-coder models write calls as fenced json blocks."""
+FENCED_OPENING = '```json\n{\n  "name": "'
+"""The Qwen2.5-coder models write calls as fenced json blocks, indented: the opening is their own, byte for byte."""
 HERMES_OPENING = '</think>\n\n<tool_call>\n{"name": "'
 """Qwen3-style hermes models: close the reasoning, open the call."""
 
@@ -92,14 +92,14 @@ _CALL_MARKERS = ("<tool_call>", "```json")
 
 
 def probe_prefix(partial: str, opening: str) -> str:
-    """The unfinished assistant text a probe continues: ``partial`` with the call opening forced.
+    r"""The unfinished assistant text a probe continues: ``partial`` with the call opening forced.
 
     If the authority has already begun its call, the call it began is
     replaced by the opening (greedy decoding writes the same tokens again),
     so the opening is never doubled::
 
-        >>> probe_prefix('Check the line.\n```json\n{"na', FENCED_OPENING)
-        'Check the line.\n```json\n{"name": "'
+        >>> probe_prefix('Check the line.\n```json\n{\n  "na', FENCED_OPENING)
+        'Check the line.\n```json\n{\n  "name": "'
     """
     marker = next((m for m in _CALL_MARKERS if m in opening), None)
     if marker is not None and marker in partial:

@@ -186,7 +186,6 @@ class Spork:
                 draft.started = anyio.current_time()
                 draft.observation = await self.loop._run_tool(draft.sandbox.execute, draft.call, "spork-tool")
                 draft.finished = anyio.current_time()
-                self.cost.observe_tool(draft.call.name, draft.finished - draft.started)
             finally:
                 draft.done.set()
 

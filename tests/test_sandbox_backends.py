@@ -320,3 +320,12 @@ def test_commit_and_discard_match_a_model_host(runner: _Runner, plan: dict[str, 
 @given(plan=PLANS)
 def test_commit_and_discard_match_a_model_docker(runner: _Runner, plan: dict[str, Any]) -> None:
     runner.run(plan)
+
+
+@pytest.mark.parametrize("opener", [*HOST_KINDS, *DOCKER_KINDS], indirect=True)
+def test_a_directory_deleted_and_made_again_commits_without_its_old_files(runner: _Runner) -> None:
+    """Deleted in one fork, made again in a fork of it: the diff says only "d changed"; its old files must go anyway."""
+    runner.run({"a": [("delete", "d", "")], "c": [("write", "d/y.txt", "new")], "chain": True, "action": "commit_c"})
+    assert "d/x.txt" not in runner.live and runner.live["d/y.txt"] == "new"
+    runner.run({"a": [("delete", "d", ""), ("write", "d/z.txt", "z")], "c": [], "chain": False, "action": "commit_a"})
+    assert runner.live == {"a.txt": "base", "d/z.txt": "z"}

@@ -598,9 +598,19 @@ class DockerBackend:
                 _close_socket(dst)
         finally:
             _close_socket(src)
-        info = await _docker.call("inspecting a command", self.api.exec_inspect, apply_id)
+        info = await self._finished(apply_id)
         if info.get("ExitCode"):
             raise SnapshotError(f"applying the fork's changes failed: {errors.decode(errors='replace')[-500:]}")
+
+    async def _finished(self, exec_id: str, within_s: float = 30.0) -> dict[str, Any]:
+        """The exec's final state: its output can end a moment before Docker records its exit code."""
+        with anyio.move_on_after(within_s):
+            while True:
+                info: dict[str, Any] = await _docker.call("inspecting a command", self.api.exec_inspect, exec_id)
+                if not info.get("Running"):
+                    return info
+                await anyio.sleep(0.01)
+        raise SnapshotError(f"a command in the sandbox did not finish within {within_s}s of closing its output")
 
     async def _execute_in(self, sandbox: DockerSandbox, call: ToolCall, requestor: Requestor) -> Observation:
         self._own(sandbox)

@@ -126,13 +126,19 @@ def run_op(request):
 
 
 def pack(paths, out):
-    """Write a tar of the paths that exist (directories without their contents) plus the missing ones."""
+    """Write a tar of the paths that exist (directories without their contents) plus the missing ones.
+
+    A changed directory also carries the names it holds: a directory deleted
+    and made again in the fork is reported as changed, not its old entries as
+    deleted, so the live side must drop what the fork's directory no longer has.
+    """
     import io
     import tarfile
 
     deleted = [p for p in paths if not os.path.lexists(p)]
+    listings = {p: sorted(os.listdir(p)) for p in paths if os.path.isdir(p) and not os.path.islink(p)}
     with tarfile.open(fileobj=out, mode="w|") as tf:
-        data = json.dumps(deleted).encode()
+        data = json.dumps({"deleted": deleted, "listings": listings}).encode()
         info = tarfile.TarInfo(CHANGES_MEMBER)
         info.size = len(data)
         tf.addfile(info, io.BytesIO(data))
@@ -156,10 +162,13 @@ def apply(src):
     """Apply a :func:`pack` tar at ``/``: delete what the fork deleted, then write what it changed."""
     import tarfile
 
+    listings = {}
     with tarfile.open(fileobj=src, mode="r|") as tf:
         for member in tf:
             if member.name == CHANGES_MEMBER:
-                for path in json.loads(tf.extractfile(member).read()):
+                changes = json.loads(tf.extractfile(member).read())
+                listings = changes["listings"]
+                for path in changes["deleted"]:
                     _remove(path)
                 continue
             target = "/" + member.name
@@ -169,6 +178,11 @@ def apply(src):
                 tf.extract(member, "/", set_attrs=not member.isdir(), filter="fully_trusted")
             else:
                 tf.extract(member, "/", set_attrs=not member.isdir())
+            if member.isdir() and target in listings:
+                keep = set(listings[target])
+                for name in os.listdir(target):
+                    if name not in keep:
+                        _remove(os.path.join(target, name))
 
 
 def main(argv):

@@ -217,7 +217,7 @@ class TargetSequence:
         """
         torch = self.torch
         rows = slice(start, len(tree))
-        dtype = self._head.weight.dtype
+        dtype = self.lm.model.dtype
         with torch.inference_mode():
             out = self._body(
                 input_ids=torch.tensor([tree.tokens[rows]]), attention_mask=tree.attention_mask(prefix, dtype, rows),

@@ -16,6 +16,7 @@ lazily, with an install hint when missing.
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentspec.errors import ConfigError
+from agentspec.models.packed_linear import LINEAR_KINDS, can_pack, pack_linears
 from agentspec.models.registry import ModelSource
 
 __all__ = ["LocalModel", "convert_gguf", "load_model"]
@@ -54,6 +56,8 @@ class LocalModel:
     tokenizer: Any
     context_length: int
     stop_token_ids: frozenset[int]
+    linear: str = "stock"
+    """``packed`` when the linear layers run from oneDNN-packed weights (:mod:`agentspec.models.packed_linear`)."""
     _token_bytes: dict[int, bytes] = field(default_factory=dict, repr=False)
 
     @cached_property
@@ -87,19 +91,34 @@ class LocalModel:
         return cached
 
 
-_loaded: dict[ModelSource, LocalModel] = {}
+_loaded: dict[tuple[ModelSource, str], LocalModel] = {}
 _load_lock = threading.Lock()
 
 
-def load_model(source: ModelSource) -> LocalModel:
-    """Load ``source`` on the CPU in float32, or return the copy this process already loaded."""
+def load_model(source: ModelSource, *, linear: str | None = None) -> LocalModel:
+    """Load ``source`` on the CPU in float32, or return the copy this process already loaded.
+
+    ``linear`` is ``packed`` (the default where torch has oneDNN: weights
+    packed once, see :mod:`agentspec.models.packed_linear`) or ``stock``;
+    ``AGENTSPEC_LINEAR`` sets the default.
+    """
+    kind = linear or os.environ.get("AGENTSPEC_LINEAR") or _default_linear()
+    if kind not in LINEAR_KINDS:
+        raise ConfigError(f"unknown linear kind {kind!r}; expected one of {', '.join(LINEAR_KINDS)}")
     with _load_lock:
-        if source not in _loaded:
-            _loaded[source] = _load(source)
-        return _loaded[source]
+        if (source, kind) not in _loaded:
+            _loaded[source, kind] = _load(source, kind)
+        return _loaded[source, kind]
 
 
-def _load(source: ModelSource) -> LocalModel:
+def _default_linear() -> str:
+    try:
+        return "packed" if can_pack() else "stock"
+    except ImportError:
+        return "stock"
+
+
+def _load(source: ModelSource, linear: str) -> LocalModel:
     torch = require("torch")
     transformers = require("transformers")
     _quiet_transformers()
@@ -112,12 +131,15 @@ def _load(source: ModelSource) -> LocalModel:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load model {source.id} from {source.path}: {exc}") from exc
     model.eval()
+    if linear == "packed":
+        pack_linears(model)
     return LocalModel(
         id=source.id,
         model=model,
         tokenizer=tokenizer,
         context_length=_context_length(model.config),
         stop_token_ids=_stop_ids(model, tokenizer),
+        linear=linear,
     )
 
 

@@ -110,10 +110,12 @@ def test_prune_keeps_sure_chains_and_drops_unlikely_nodes() -> None:
     pruned = prune(tree, AcceptanceModel(), DEFAULT_COST)
     assert pruned.sources.count("schema") == 10 and pruned.sources.count("recycling") < 5
     assert prune(tree, AcceptanceModel(), ForwardCost((1, 100), (1.0, 1.0))).drafts == tree.drafts
-    # One plain forward beats a tree whose drafts are unlikely.
+    # Where a second row costs (stock CPU layers: 1.6x), one plain forward beats a tree of unlikely drafts;
+    # where it is free (packed layers: 2-4 rows cost one), even an unlikely draft rides along.
     unlikely = TokenTree(root=0, budget=8)
     unlikely.add_path([5, 6], "recycling")
-    assert prune(unlikely, AcceptanceModel(), DEFAULT_COST).drafts == 0
+    assert prune(unlikely, AcceptanceModel(), ForwardCost((1, 2, 8), (1.0, 1.6, 2.2))).drafts == 0
+    assert prune(unlikely, AcceptanceModel(), ForwardCost((1, 4, 8), (1.0, 1.0, 1.3))).drafts == 2
 
 
 # ---------------------------------------------------------------- verifier

@@ -1,11 +1,12 @@
 """How big a tree pays off: expected accepted tokens against the cost of a bigger forward.
 
 On a GPU a forward over 64 tree nodes costs about as much as over one; on a
-CPU it does not.  Measured here (Qwen2.5-Coder-1.5B, fp32, linear layers
-packed for oneDNN, see :mod:`agentspec.models.packed_linear`): a forward of 2
-tokens costs about 1.3-1.5 one-token forwards, 8 tokens 1.6-2.0, 16 tokens
-2.0-2.6, 64 tokens 4.8-6.5 (stock ``F.linear`` layers: 2.1 already at 2 tokens,
-because MKL re-packs every weight matrix per call).  So the decoder does not
+CPU it does not.  Measured here (Qwen2.5-Coder-1.5B, fp32, two threads, linear
+layers packed for oneDNN and padded to 4 rows, see
+:mod:`agentspec.models.packed_linear`, attention without copying the cache,
+see :mod:`agentspec.models.grouped_attention`): forwards of 2-4 tokens cost
+what one token costs, 8 tokens 1.1-1.35, 16 tokens 1.4-1.9, 32 tokens 2.3, 64
+tokens 4 (with stock layers: 2.1 already at 2 tokens).  So the decoder does not
 send every drafted node: it keeps the nodes that raise *expected tokens per
 unit of forward time*.
 
@@ -20,8 +21,8 @@ unit of forward time*.
 
 Example with the default costs: a forced schema chain of 10 nodes (accepted
 about every time) and 20 retrieval nodes accepted 10% of the time: the chain
-is kept (about 11 tokens for 2.1 forwards' time), the retrieval nodes are
-dropped (each adds 0.1 tokens for about 0.07 of a forward).
+is kept (about 11 tokens for 1.4 forwards' time), the retrieval nodes are
+dropped (each adds 0.1 tokens for about 0.04 of a forward).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class ForwardCost:
         return costs[lo] + slope * (tokens - sizes[lo])
 
 
-DEFAULT_COST = ForwardCost((1, 2, 4, 8, 16, 32, 64), (1.0, 1.4, 1.55, 1.85, 2.4, 3.6, 6.0))
+DEFAULT_COST = ForwardCost((1, 2, 4, 8, 16, 32, 64), (1.0, 1.0, 1.02, 1.25, 1.6, 2.3, 4.0))
 """Measured on this project's CPU machines with packed layers (module docstring); :func:`measure_cost` for yours."""
 
 

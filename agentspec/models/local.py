@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentspec.errors import ConfigError
+from agentspec.models.grouped_attention import use_grouped_attention
 from agentspec.models.packed_linear import LINEAR_KINDS, can_pack, pack_linears
 from agentspec.models.registry import ModelSource
 
@@ -131,6 +132,7 @@ def _load(source: ModelSource, linear: str) -> LocalModel:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load model {source.id} from {source.path}: {exc}") from exc
     model.eval()
+    use_grouped_attention(model)
     if linear == "packed":
         pack_linears(model)
     return LocalModel(

@@ -1,0 +1,62 @@
+"""Grouped-query attention over a masked token tree without copying the key/value cache.
+
+Qwen2.5 models share each key/value head among several query heads (GQA:
+2 key/value heads for 12 query heads in the 1.5B model).  With an explicit
+attention mask, which every tree forward and every prefill after a cached
+prefix has, transformers' ``sdpa`` path repeats the key/value heads to the
+query heads' count first: a copy of the whole cache, every layer, every
+forward.  At 2,000 cached tokens that is about 690 MB per forward of the
+1.5B model, 200 ms of a 330 ms two-token forward on this project's CPU.
+
+:func:`grouped_sdpa` folds the query heads of a group into extra query rows
+instead: ``(batch, kv_heads * group, q, d)`` becomes ``(batch, kv_heads,
+group * q, d)`` and the mask is repeated along rows (small), so attention
+reads the cache as it is.  Each query row still attends to the same keys
+with the same mask, so the result is the same attention (to float
+rounding); transformers does the same fold itself for one-token steps.
+Calls it does not need to change (no groups, one query, no mask) go to
+transformers' own ``sdpa`` function unchanged.
+
+:func:`use_grouped_attention` switches a loaded model to it (registered as
+``agentspec_sdpa``, with ``sdpa``'s mask construction).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["IMPLEMENTATION", "grouped_sdpa", "use_grouped_attention"]
+
+IMPLEMENTATION = "agentspec_sdpa"
+
+
+def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
+                 scaling: float | None = None, is_causal: bool | None = None, **kwargs: Any) -> tuple[Any, None]:
+    """Attention with query heads folded into rows for GQA under a mask (module docstring); transformers' signature."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    batch, heads, q_length, dim = query.shape
+    if groups == 1 or q_length == 1 or attention_mask is None or kwargs.get("position_bias") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    kv_heads = heads // groups
+    folded = query.reshape(batch, kv_heads, groups * q_length, dim)
+    mask_batch = attention_mask.shape[0]
+    # (b, 1, q, k) -> (b, 1, groups * q, k): row g * q + i of the fold is query i of the group's head g.
+    mask = attention_mask.expand(mask_batch, 1, q_length, attention_mask.shape[-1]).repeat(1, 1, groups, 1)
+    out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, dropout_p=dropout,
+                                                           scale=scaling)
+    out = out.reshape(batch, heads, q_length, value.shape[-1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_grouped_attention(model: Any) -> None:
+    """Register :func:`grouped_sdpa` (once) and make ``model`` use it; its masks stay ``sdpa``'s."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    AttentionInterface.register(IMPLEMENTATION, grouped_sdpa)
+    AttentionMaskInterface.register(IMPLEMENTATION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    model.set_attn_implementation(IMPLEMENTATION)

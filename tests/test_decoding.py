@@ -260,6 +260,29 @@ def test_schema_drafter_enumerates_names_and_enum_values(smol: Any) -> None:
     assert any(t.startswith("true}}") for t in bools) and any(t.startswith("false}}") for t in bools)
 
 
+def test_schema_drafter_drafts_the_choices_after_forced_text(smol: Any) -> None:
+    grammar = weather_grammar(smol, WEATHER_TOOLS)
+    # Both names start with "get_", which the grammar forces: each whole name still gets its branch.
+    opening = _state(smol, "<tool_call>", grammar=grammar, tools=FUNCTIONS)
+    texts = _texts(smol, SchemaDrafter().propose(opening, 64))
+    assert any(t.startswith('\n{"name": "get_weather", "arguments": {"city": "') for t in texts)
+    assert any(t.startswith('\n{"name": "get_time", "arguments": {"zone": "') for t in texts)
+    # After a key the separator is forced; the value joins it in the canonical tokens (" true" is one token).
+    at_key = _state(smol, '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC", "hours_24"',
+                    grammar=grammar, tools=FUNCTIONS)
+    tree = SchemaDrafter().propose(at_key, 64)
+    assert any(t.startswith(": true}}") for t in _texts(smol, tree))
+    assert any(t.startswith(": false}}") for t in _texts(smol, tree))
+    for leaf in tree.leaves():
+        path = tree.path_tokens(leaf)
+        assert at_key.matcher.validate_tokens(path) == len(path)
+    # Values copied from the question follow a forced separator too.
+    copy = _state(smol, '<tool_call>\n{"name": "get_weather", "arguments": {"city"', grammar=grammar,
+                  tools=FUNCTIONS, prompt="Weather in San Francisco, CA?")
+    copy.request.question = "Weather in San Francisco, CA?"
+    assert any(t.startswith(': "San Francisco, CA", "unit": ') for t in _texts(smol, SchemaDrafter().propose(copy, 64)))
+
+
 def test_schema_drafter_follows_an_unconstrained_call(smol: Any) -> None:
     state = _state(smol, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"', tools=FUNCTIONS)
     texts = _texts(smol, SchemaDrafter().propose(state, 64))

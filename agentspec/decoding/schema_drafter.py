@@ -87,32 +87,28 @@ class SchemaDrafter:
             if node is None:
                 return
             output = output + forced
-            added = _text(lm, forced)
-            if not in_call and "{" in added:
-                in_call, call_text = True, added[added.index("{"):]
-            elif in_call:
-                call_text += added
+            in_call, call_text = _grow(in_call, call_text, _text(lm, forced))
         if matcher.is_stopped() or tree.room <= 0:
             return
-        if self.forced_bytes:
-            rest = bytes(matcher.compute_ff_bytes()).decode("utf-8", "ignore")
-            if rest:
-                for tokens in tokens_in_context(lm, output, rest):
-                    tokens = tokens[: matcher.validate_tokens(tokens)]
-                    if tokens:
-                        # Forced bytes pin down text, not tokens (" " may still merge with what follows):
-                        # draft them, and go on from there only in the branches below.
-                        self._chain(tree, node, tokens, f"{self.name}.bytes")
-        if level >= self.depth or not in_call:
+        rest = bytes(matcher.compute_ff_bytes()).decode("utf-8", "ignore") if self.forced_bytes else ""
+        if rest:
+            for tokens in tokens_in_context(lm, output, rest):
+                tokens = tokens[: matcher.validate_tokens(tokens)]
+                if tokens:
+                    # Forced bytes pin down text, not tokens (" " may still merge with what follows, as in
+                    # `` true``): draft them alone, and again joined with each choice below.
+                    self._chain(tree, node, tokens, f"{self.name}.bytes")
+        choosing, text_then = _grow(in_call, call_text, rest)
+        if level >= self.depth or not choosing:
             return
-        ctx = analyze(call_text)
+        ctx = analyze(text_then)
         options = [(text, f"{self.name}.choice") for text in candidates(ctx, tools)[: self.max_choices]]
         if self.copy:
             options += [(text, f"{self.name}.copy") for text in copied(ctx, tools, _question_values(state.request))]
         for choice, source in options:
             if tree.room <= 0:
                 return
-            for tokens in tokens_in_context(lm, output, choice):
+            for tokens in tokens_in_context(lm, output, rest + choice):
                 tokens = tokens[: matcher.validate_tokens(tokens)]
                 if not tokens:
                     continue
@@ -122,8 +118,11 @@ class SchemaDrafter:
                 child = self._chain(tree, node, tokens, source)
                 if child is None:
                     return
-                self._expand(state, tree, child, branch, output + tokens, call_text + _text(lm, tokens),
-                             True, tools, level + 1)
+                written = _text(lm, tokens)
+                if len(written) < len(rest) + len(choice):
+                    continue  # the grammar cut the choice short: nothing sure follows it
+                grown, grown_text = _grow(in_call, call_text, written)
+                self._expand(state, tree, child, branch, output + tokens, grown_text, grown, tools, level + 1)
 
     def _chain(self, tree: TokenTree, node: int, tokens: Sequence[int], source: str) -> int | None:
         for token in tokens:
@@ -291,6 +290,15 @@ def _values(schema: dict[str, Any]) -> list[Any]:
     if "default" in schema and schema["default"] not in values:
         values.append(schema["default"])
     return values
+
+
+def _grow(in_call: bool, call_text: str, added: str) -> tuple[bool, str]:
+    """(in a call, the call's JSON text so far) once ``added`` is written after ``call_text``."""
+    if in_call:
+        return True, call_text + added
+    if "{" in added:
+        return True, added[added.index("{"):]
+    return False, ""
 
 
 def _text(lm: Any, tokens: Sequence[int]) -> str:

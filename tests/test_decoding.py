@@ -180,7 +180,8 @@ def test_constrained_call_matches_plain_greedy_with_fewer_forwards(smol: Any) ->
     assert result.text.startswith('<tool_call>\n{"name": "get_')
     report = result.stats.as_dict()
     assert report["target_forwards"] * 3 <= len(answer)
-    assert report["accepted_by_source"]["schema.bytes"] + report["accepted_by_source"]["schema"] > len(answer) / 2
+    from_schema = sum(n for source, n in report["accepted_by_source"].items() if source.startswith("schema"))
+    assert from_schema > len(answer) / 2
 
 
 def test_near_ties_are_counted_and_decided_in_plain_passes(tiny: Any) -> None:

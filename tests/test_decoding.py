@@ -184,6 +184,35 @@ def test_constrained_call_matches_plain_greedy_with_fewer_forwards(smol: Any) ->
     assert from_schema > len(answer) / 2
 
 
+class _BrokenDrafter:
+    name = "broken"
+
+    def propose(self, state: DraftState, budget: int) -> TokenTree:
+        raise RuntimeError("index out of date")
+
+
+class _OutOfVocabularyDrafter:
+    name = "oov"
+
+    def propose(self, state: DraftState, budget: int) -> TokenTree:
+        tree = TokenTree(root=state.output[-1], budget=budget)
+        tree.add_path([state.lm.vocab_size + 5, 3], "oov")
+        return tree
+
+
+def test_failing_or_out_of_vocabulary_drafters_never_change_the_output(tiny: Any, caplog: Any) -> None:
+    prompt = list(range(50, 80))
+    answer = plain_greedy(tiny, prompt, 16)
+    drafters = [_BrokenDrafter(), _OutOfVocabularyDrafter(), OracleDrafter(answer, tiny.vocab_size, noise=0)]
+    with caplog.at_level("WARNING"):
+        result = ToolSpecDecoder(tiny, drafters, cost=None).generate(prompt, max_tokens=16)
+    assert result.tokens == answer
+    assert result.stats.forwards < len(answer)  # the working drafter still drafts
+    assert result.stats.as_dict()["drafter_errors"]["broken"] >= 1
+    assert "drafter broken failed (RuntimeError: index out of date)" in caplog.text
+    assert caplog.text.count("drafter broken failed") == 1  # once per request, then counted
+
+
 def test_near_ties_are_counted_and_decided_in_plain_passes(tiny: Any) -> None:
     prompt = list(range(200, 230))
     answer = plain_greedy(tiny, prompt, 12)

@@ -22,7 +22,9 @@ from agentspec.serve.prompt import render_prompt
 from agentspec.serve.protocol import ChatRequest
 
 WEATHER = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
-HINT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+# A client's guess that is wrong about the city: the schema drafter already drafts everything a right guess would
+# (the question's "Paris" included), so only a wrong one shows as drafted hint tokens; it must not change the answer.
+HINT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lyon", "unit": "celsius"}}\n</tool_call>'
 
 
 @pytest.fixture(scope="module", autouse=True)

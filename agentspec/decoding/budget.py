@@ -41,6 +41,7 @@ __all__ = ["DEFAULT_COST", "AcceptanceModel", "ForwardCost", "measure_cost", "pr
 
 # Beta(a, b) priors by source (or its prefix before the first dot), before any count is in.
 _PRIORS = {"schema": (19.0, 1.0), "schema.choice": (1.0, 2.0), "schema.copy": (2.0, 2.0), "schema.bytes": (3.0, 1.0),
+           "schema.choice.rest": (9.0, 1.0), "schema.copy.rest": (9.0, 1.0),
            "hint": (2.0, 2.0),
            "retrieval": (1.0, 3.0), "prompt_lookup": (1.0, 3.0), "recycling": (1.0, 4.0)}
 

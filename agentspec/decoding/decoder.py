@@ -24,6 +24,7 @@ it as branches.  Nothing ever waits for a hint.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from agentspec.models.local import LocalModel, require
 __all__ = ["DecodeResult", "Generation", "ToolSpecDecoder", "default_drafters"]
 
 _RECYCLE_TOP = 8
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -241,19 +243,37 @@ class Generation:
 
     def _draft(self, tree: TokenTree) -> None:
         matcher = self.state.matcher
+        vocab = self.decoder.lm.vocab_size
         for drafter in self.decoder.drafters:
             if tree.room <= 0:
                 break
             began = time.perf_counter()
-            proposal = drafter.propose(self.state, tree.room)
+            try:
+                proposal = drafter.propose(self.state, tree.room)
+            except Exception as exc:  # drafts are only proposals: a failing drafter costs speed, never the answer
+                if not self.stats.drafter_errors[drafter.name]:
+                    _log.warning("drafter %s failed (%s: %s); decoding goes on without it",
+                                 drafter.name, type(exc).__name__, exc)
+                self.stats.drafter_errors[drafter.name] += 1
+                continue
             for leaf in proposal.leaves():
                 if leaf == 0:
                     continue
-                path = proposal.path_tokens(leaf)
+                nodes = proposal.path(leaf)[1:]
+                path = [proposal.tokens[n] for n in nodes]
+                bad = next((i for i, token in enumerate(path) if not 0 <= token < vocab), None)
+                if bad is not None:
+                    path = path[:bad]  # ids the model has no embedding for would fail the whole forward
                 if matcher is not None:
                     # A draft the grammar rejects can never be accepted: keep only its legal prefix.
                     path = path[: matcher.validate_tokens(path)]
-                tree.add_path(path, proposal.sources[leaf])
+                # Each node keeps its own source (a forced chain under a choice stays "schema"): the pruner
+                # judges every node by its source's acceptance rate.
+                parent: int | None = 0
+                for node, token in zip(nodes, path):
+                    parent = tree.add(parent, token, proposal.sources[node])
+                    if parent is None:
+                        break
             self.stats.time(f"draft.{drafter.name}", time.perf_counter() - began)
 
     def _recycle(self, token: int, logits: Any) -> None:

@@ -53,14 +53,18 @@ class SchemaDrafter:
 
     name = "schema"
 
-    def __init__(self, *, depth: int = 2, max_choices: int = 8, forced_bytes: bool = True, copy: bool = True) -> None:
+    def __init__(self, *, depth: int = 2, max_choices: int = 8, forced_bytes: bool = True, copy: bool = True,
+                 max_nodes: int = 40) -> None:
         self.depth = depth
+        # Choices two levels deep can fill any tree; leave room for the drafters after this one (hints,
+        # retrieval), whose single guesses are often better than the tenth enumerated branch.
+        self.max_nodes = max_nodes
         self.max_choices = max_choices
         self.forced_bytes = forced_bytes
         self.copy = copy
 
     def propose(self, state: DraftState, budget: int) -> TokenTree:
-        tree = TokenTree(root=state.output[-1], budget=budget)
+        tree = TokenTree(root=state.output[-1], budget=min(budget, self.max_nodes))
         tools = _tool_schemas(state.request)
         if state.matcher is not None:
             text = state.text
@@ -115,7 +119,7 @@ class SchemaDrafter:
                 branch = matcher.deep_copy()
                 if not branch.consume_tokens(tokens):
                     continue
-                child = self._chain(tree, node, tokens, source)
+                child = self._choice_chain(tree, node, tokens, lm, len(rest), source)
                 if child is None:
                     return
                 written = _text(lm, tokens)
@@ -123,6 +127,31 @@ class SchemaDrafter:
                     continue  # the grammar cut the choice short: nothing sure follows it
                 grown, grown_text = _grow(in_call, call_text, written)
                 self._expand(state, tree, child, branch, output + tokens, grown_text, grown, tools, level + 1)
+
+    def _choice_chain(self, tree: TokenTree, node: int, tokens: Sequence[int], lm: Any, forced: int,
+                      source: str) -> int | None:
+        """Add forced text + a choice: its forced part as ``schema.bytes``, its first own token as ``source``,
+        the rest of it as ``source.rest``.
+
+        The doubt is at the choice's first token; once the target takes it, the
+        rest of a name or a copied value nearly always follows, and the pruner
+        must not discount every token of it as a fresh guess.
+        """
+        seen = 0
+        first: int | None = None
+        for token in tokens:
+            seen += len(lm.token_bytes(token).decode("utf-8", "ignore"))
+            if seen <= forced:
+                label = f"{self.name}.bytes"
+            elif first is None:
+                label, first = source, token
+            else:
+                label = f"{source}.rest"
+            child = tree.add(node, token, label)
+            if child is None:
+                return None
+            node = child
+        return node
 
     def _chain(self, tree: TokenTree, node: int, tokens: Sequence[int], source: str) -> int | None:
         for token in tokens:
@@ -208,7 +237,8 @@ def candidates(ctx: JsonContext, tools: dict[str, dict[str, Any]]) -> list[str]:
 
 
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
-_PHRASE = re.compile(r"[A-Z][\w'&.-]*(?:[ ,]+(?:[A-Z0-9][\w'&.-]*|of|de|la|and))*[A-Za-z0-9]|'([^']{2,60})'|\"([^\"]{2,60})\"")
+# A capitalized phrase (a house number may lead it: "221B Baker Street, Berkeley"), or a quoted one.
+_PHRASE = re.compile(r"(?:[A-Z]|\d+[A-Za-z]* (?=[A-Z]))[\w'&.-]*(?:[ ,]+(?:[A-Z0-9][\w'&.-]*|of|de|la|and))*[A-Za-z0-9]|'([^']{2,60})'|\"([^\"]{2,60})\"")
 
 
 def question_values(question: str) -> tuple[list[Any], list[str]]:
@@ -216,6 +246,8 @@ def question_values(question: str) -> tuple[list[Any], list[str]]:
 
     >>> question_values("Find the hypotenuse of a triangle with sides 4 and 5.5 in San Francisco, CA.")
     ([4, 5.5], ['Find', 'San Francisco, CA'])
+    >>> question_values("A 'Plus' Uber from 221B Baker Street, Berkeley, CA")[1]
+    ['Plus', 'Uber', '221B Baker Street, Berkeley, CA']
     """
     numbers: list[Any] = []
     for match in _NUMBER.finditer(question):

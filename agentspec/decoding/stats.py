@@ -45,6 +45,8 @@ class DraftStats:
     rechecks: int = 0
     """Forwards spent deciding a near tie in a plain pass."""
     requests: int = 0
+    drafter_errors: Counter[str] = field(default_factory=Counter)
+    """Proposals that raised, by drafter name (the tree is built without them; output is unchanged)."""
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall time by phase (prefill, draft, verify, sidecar...)."""
 
@@ -75,6 +77,7 @@ class DraftStats:
         self.accepted.update(other.accepted)
         self.near_ties.extend(other.near_ties)
         self.rechecks += other.rechecks
+        self.drafter_errors.update(other.drafter_errors)
         self.requests += max(other.requests, 1)
         for phase, seconds in other.seconds.items():
             self.time(phase, seconds)
@@ -94,5 +97,6 @@ class DraftStats:
             },
             "near_ties": list(self.near_ties),
             "rechecks": self.rechecks,
+            "drafter_errors": dict(self.drafter_errors),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
         }

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from toy_env import KVEnvironment
 from trio.testing import MockClock
@@ -142,9 +142,17 @@ def test_live_state_is_the_replay_of_committed_steps(script, seed, mode, p_right
     assert result.termination is TerminationReason.AGENT_STOP
 
 
+_GET_A = ToolCall(name="get", arguments={"key": "a"})
+
+
 @settings_
 @given(script=st.lists(calls, min_size=1, max_size=10), seed=st.integers(0, 10**6), mode=st.sampled_from(["sequential", "sa", "smc"]),
        kill_at=st.floats(0.1, 30), with_macros=st.booleans())
+# Found by CI: a read-only call served from a finished draft ("reuse") was not journalled, so the resumed run
+# re-applied the increment after it on a checkpoint that already held it.
+@example(script=[_GET_A] * 3 + [ToolCall(name="get", arguments={"key": "b"}), _GET_A,
+                                ToolCall(name="incr", arguments={"key": "a"})] + [_GET_A] * 3,
+         seed=380933, mode="sa", kill_at=13.0, with_macros=True)
 def test_killed_and_resumed_run_reaches_the_same_state(tmp_path_factory, script, seed, mode, kill_at, with_macros):
     _, whole = run_trio(execute, script, seed, mode, 0.7, 0.1, with_macros, 3)
     folder = tmp_path_factory.mktemp("log")
@@ -243,6 +251,26 @@ def test_resume_after_a_kill_mid_run(tmp_path):
     log.close()
     assert [s.call for s in resumed.steps] == SCRIPT
     assert backend.live.state["journal"] == ["put a 1", "incr a", "incr b", "reset b", "notify hi"]  # each effect once
+
+
+def test_a_run_log_with_a_gap_is_refused(tmp_path):
+    from agentspec.errors import ConfigError
+    from agentspec.types import Observation
+
+    call = ToolCall(name="get", arguments={"key": "a"})
+    seen = Observation(call_id=call.id, name="get", content="a=0")
+    log = RunLog(tmp_path / "run.jsonl")
+    log.commit("toy", 0, log.intent("toy", 0, call, "authority"), seen, None)
+    log.commit("toy", 2, log.intent("toy", 2, call, "sa"), seen, b"state")  # step 1 never logged
+    log.close()
+    with pytest.raises(ConfigError, match="commits step 2 after 1 logged steps; the log has a gap"):
+        RunLog.read(tmp_path / "run.jsonl")
+    # A task run again from its start into the same log: the later run is the one a resume continues.
+    again = RunLog(tmp_path / "again.jsonl")
+    for step in (0, 1, 0):
+        again.commit("toy", step, again.intent("toy", step, call, "authority"), seen, None)
+    again.close()
+    assert len(RunLog.read(tmp_path / "again.jsonl")["toy"].steps) == 1
 
 
 def test_online_updates_retire_a_macro_the_authority_disagrees_with():

@@ -282,8 +282,9 @@ class ExecutionLoop:
             if not draft.done.is_set() or draft.sandbox is None or draft.observation is None:
                 return False
             if draft.call == call and self.backend.live_token in draft.sandbox.lineage:
-                self._append(call, draft.observation.model_copy(update={"call_id": call.id}), "reuse",
-                             effect_id(self.task_id, len(self.steps), call))
+                # Journalled like any commit: a resumed run must count this step, or it re-runs what follows.
+                eid = self._intent(call, "reuse")
+                self._finish_commit([(call, draft.observation.model_copy(update={"call_id": call.id}), eid)], "reuse")
                 self.metrics.reused_read_only += 1
                 return True
             if draft.effect is not Effect.READ_ONLY:

@@ -90,6 +90,14 @@ class RunLog:
                 intents[record["effect_id"]] = record
             elif record["type"] == "commit":
                 intent = intents.pop(record["effect_id"])
+                if record["step"] == 0 and task.steps:
+                    # The task was run again from the start into the same log: the later run is the one to resume.
+                    task = tasks[record["task_id"]] = TaskLog()
+                if record["step"] != len(task.steps):
+                    # Resuming past a hole would replay the steps after it on a checkpoint that holds them.
+                    raise ConfigError(f"{path} line {number}: task {record['task_id']!r} commits step "
+                                      f"{record['step']} after {len(task.steps)} logged steps; the log has a gap "
+                                      "and this task cannot be resumed from it")
                 task.steps.append({**intent, "observation": record["observation"]})
                 if "checkpoint" in record:
                     task.checkpoint = base64.b64decode(record["checkpoint"])

@@ -11,11 +11,15 @@ request's llguidance grammar (the server's :func:`~agentspec.serve.grammar.tool_
    (:mod:`~agentspec.decoding.json_prefix`) says what is being chosen, and
    every legal completion becomes a branch: tool names, the parameter names
    not used yet, enum values, ``true``/``false``, a default value, the end of
-   an object or a ``, "next_key": `` separator;
-3. each branch is tokenized canonically in context
+   an object or a ``, "next_key": `` separator, and values copied from the
+   question (numbers, capitalized or quoted phrases);
+3. each branch, joined with the forced bytes before it (``": `` + ``true``
+   is the one token `` true``), is tokenized canonically in context
    (:func:`~agentspec.decoding.drafter.tokens_in_context`), kept only as far
    as the grammar accepts it, and continued by the forced tokens after it (up
-   to ``depth`` choices deep).
+   to ``depth`` choices deep).  A branch's first own token carries the
+   choice's source (``schema.choice``, ``schema.copy``), the rest of it
+   ``<source>.rest``: the decoder's pruner learns how often each is right.
 
 Example (the grammar of one tool ``get_weather(city: str, unit: "celsius" |
 "fahrenheit")``, output so far ``<tool_call>``)::

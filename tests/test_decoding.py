@@ -258,6 +258,12 @@ def _state(lm: Any, text: str, *, grammar: str | None = None, tools: Any = (), p
     return DraftState(request, output, matcher)
 
 
+def _assert_every_branch_legal(state: DraftState, tree: TokenTree) -> None:
+    for leaf in tree.leaves():
+        path = tree.path_tokens(leaf)
+        assert state.matcher.validate_tokens(path) == len(path)
+
+
 def _texts(lm: Any, tree: TokenTree) -> list[str]:
     return [b"".join(lm.token_bytes(t) for t in tree.path_tokens(leaf)).decode() for leaf in tree.leaves()]
 
@@ -268,10 +274,7 @@ def test_schema_drafter_forces_the_structure_of_the_schema(smol: Any) -> None:
     tree = SchemaDrafter().propose(state, 64)
     first = b"".join(smol.token_bytes(t) for t in tree.path_tokens(tree.first_chain(0)[-1])).decode()
     assert first.startswith('\n{"name": "get_weather", "arguments": {"city": "')
-    # Every branch is legal under the grammar.
-    for leaf in tree.leaves():
-        path = tree.path_tokens(leaf)
-        assert state.matcher.validate_tokens(path) == len(path)
+    _assert_every_branch_legal(state, tree)
 
 
 def test_schema_drafter_enumerates_names_and_enum_values(smol: Any) -> None:
@@ -303,9 +306,7 @@ def test_schema_drafter_drafts_the_choices_after_forced_text(smol: Any) -> None:
     tree = SchemaDrafter().propose(at_key, 64)
     assert any(t.startswith(": true}}") for t in _texts(smol, tree))
     assert any(t.startswith(": false}}") for t in _texts(smol, tree))
-    for leaf in tree.leaves():
-        path = tree.path_tokens(leaf)
-        assert at_key.matcher.validate_tokens(path) == len(path)
+    _assert_every_branch_legal(at_key, tree)
     # Values copied from the question follow a forced separator too.
     copy = _state(smol, '<tool_call>\n{"name": "get_weather", "arguments": {"city"', grammar=grammar,
                   tools=FUNCTIONS, prompt="Weather in San Francisco, CA?")

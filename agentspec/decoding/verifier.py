@@ -180,6 +180,7 @@ class TargetSequence:
         self.forwards = 0
         self._body = lm.model.get_decoder()
         self._head = lm.model.get_output_embeddings()
+        self._dtype = lm.model.dtype  # of the tree masks; read once, not per forward
 
     def layers(self) -> list[tuple[Any, Any]]:
         return [(layer.keys, layer.values) for layer in self.cache.layers if layer.is_initialized]
@@ -217,7 +218,7 @@ class TargetSequence:
         """
         torch = self.torch
         rows = slice(start, len(tree))
-        dtype = self.lm.model.dtype
+        dtype = self._dtype
         with torch.inference_mode():
             out = self._body(
                 input_ids=torch.tensor([tree.tokens[rows]]), attention_mask=tree.attention_mask(prefix, dtype, rows),

@@ -31,6 +31,7 @@ SQLite...).  The authority and speculator are :class:`ModelConfig` endpoints
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -48,10 +49,11 @@ from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.policies import LLMPolicy, Policy
 from agentspec.runtime.probe import FENCED_OPENING, LLMProber
 from agentspec.runtime.spork import SporkConfig
-from agentspec.runtime.runlog import RunLog
+from agentspec.runtime.metrics import ExecutionMetrics, Timeline
+from agentspec.runtime.runlog import RunLog, TaskLog
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
 from agentspec.tools import Toolkit, render_result, spec_from_function
-from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
+from agentspec.types import Effect, Observation, Requestor, Step, TerminationReason, ToolCall, ToolSpec
 
 DEFAULT_PROMPT = (
     "You are an agent that completes the user's task by calling tools, one call per turn. "
@@ -145,11 +147,37 @@ class RunResult:
         return self.result.metrics.as_dict()
 
 
+def task_key(task: str) -> str:
+    """A task's key in the run log: the sha256 of its whole text (no two tasks share one)."""
+    return "task-" + hashlib.sha256(task.encode()).hexdigest()
+
+
+def _logged_result(logged: TaskLog) -> RunResult:
+    """A finished task's result, read back from the run log."""
+    steps = [
+        Step(index=i, call=ToolCall.model_validate(r["call"]), observation=Observation.model_validate(r["observation"]),
+             source=r["source"], effect_id=r["effect_id"])
+        for i, r in enumerate(logged.steps)
+    ]  # fmt: skip
+    record = logged.result or {}
+    try:
+        termination = TerminationReason(record.get("termination", TerminationReason.AGENT_STOP.value))
+    except ValueError as exc:
+        raise ConfigError(f"the run log's result has an unknown termination: {exc}") from exc
+    result = ExecutionResult(steps, termination, ExecutionMetrics(), Timeline(), record.get("note"), record.get("final"))
+    answer = record.get("answer")
+    return RunResult(steps, str(answer) if answer is not None else None, result)
+
+
 class Executor:
     """Run tasks with an authoritative model and a speculator.
 
     Modes: ``sequential``, ``sa``, ``smc``, and ``spork`` or ``X+spork`` (probes of the authority's own
     endpoint, which must be able to continue a final assistant message, as vLLM and ``agentspec serve`` do).
+
+    ``log``: a run-log file that makes runs exactly-once across crashes (see :meth:`run`).  The live state is
+    checkpointed after every commit as data: the environment's JSON state where it implements
+    :class:`agentspec.checkpoint.JsonState`, otherwise its pickled state signed with a per-user key.
     """
 
     def __init__(
@@ -179,8 +207,18 @@ class Executor:
         self.system_prompt = system_prompt
         self.log_path = Path(log) if log else None
 
-    async def run(self, task: str) -> RunResult:
-        """Work on ``task`` until the authority calls ``done``."""
+    async def run(self, task: str, *, task_id: str | None = None) -> RunResult:
+        """Work on ``task`` until the authority calls ``done``.
+
+        With ``log``, the run is exactly-once across crashes: a task the log shows finished is not run again
+        (its logged result comes back), and an unfinished one continues after its last committed step, from
+        the state that step left, so no committed effect is applied twice.  A task is keyed in the log by
+        ``task_id``, by default a hash of the whole task text.
+        """
+        key = task_id or task_key(task)
+        logged = RunLog.read(self.log_path).get(key) if self.log_path else None
+        if logged is not None and logged.result is not None:
+            return _logged_result(logged)
         async with AsyncExitStack() as stack:
             tools = self.backend.tool_specs() + [DONE]
             prompt = f"{self.system_prompt}\n\nTask: {task}"
@@ -195,9 +233,14 @@ class Executor:
             if log is not None:
                 stack.callback(log.close)
             loop = ExecutionLoop(self.backend, authority, speculator, config=self.config, macros=self.macros,
-                                 latency=self.latency, log=log, task_id=task[:80], prober=prober, spork=self.spork_config)
+                                 latency=self.latency, log=log, task_id=key, prober=prober, spork=self.spork_config)
+            if logged is not None:
+                loop.resume(logged)
             result = await loop.run()
-        answer = (result.final or {}).get("answer")
+            answer = (result.final or {}).get("answer")
+            if log is not None:
+                log.finish(key, {"answer": answer, "final": result.final, "termination": result.termination.value,
+                                 "note": result.note})
         return RunResult(result.steps, str(answer) if answer is not None else None, result)
 
     def run_sync(self, task: str) -> RunResult:

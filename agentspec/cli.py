@@ -3,11 +3,13 @@
     agentspec run --bench tau2-telecom --split base --agent oracle --data-dir DIR --out DIR
     agentspec run --bench tau2-telecom --split small --agent-model URL_OR_NAME --user-model URL_OR_NAME
     agentspec evaluate --bench tau2-telecom --task-id ID --actions FILE.json [--end agent|user]
+    agentspec tasks --bench tau2-telecom [--split S] [--json]
     agentspec data pull tau2-telecom [--from-checkout DIR | --wheel FILE]
 
-Every command prints its result as one JSON object on the last stdout line.
-User mistakes (bad flags, files, ids, dead endpoints) exit with code 2 and a
-one-line message on stderr, never a traceback.
+Every command prints its result as JSON on the last stdout line (``tasks``
+without ``--json`` prints one id per line).  User mistakes (bad flags, files,
+ids, dead endpoints) exit with code 2 and a one-line message on stderr, never
+a traceback: argparse's own errors included.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from agentspec.errors import AgentSpecError
+from agentspec.bench.flags import add_role_flags, number
+from agentspec.errors import AgentSpecError, UsageError
 from agentspec.mining.arguments import add_mine_command
 from agentspec.sandbox.commands import add_sandbox_commands
 
@@ -30,9 +33,9 @@ def _add_data_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", help="benchmark data folder (default: $AGENTSPEC_TAU2_DATA or the user cache)")
 
 
-def _add_role(parser: argparse.ArgumentParser, role: str, what: str) -> None:
-    parser.add_argument(f"--{role}-model", help=f"{what}: a model name, an endpoint URL, or URL#MODEL")
-    parser.add_argument(f"--{role}-base-url", help=f"{what}: OpenAI-compatible base URL (with a model name)")
+POSITIVE = number(int, ge=1)
+PROBABILITY = number(float, ge=0, le=1)
+TEMPERATURE = number(float, ge=0)
 
 
 def _add_bench_commands(sub: Any) -> None:
@@ -40,34 +43,35 @@ def _add_bench_commands(sub: Any) -> None:
     run.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
     run.add_argument("--split", default="base", help="task split (base, small, train, test, full)")
     run.add_argument("--task-ids", help="comma-separated task ids (overrides --split)")
-    run.add_argument("--limit", type=int, help="run at most N tasks")
-    run.add_argument("--trials", type=int, default=1, help="episodes per task, for pass^k")
-    run.add_argument("--concurrency", type=int, default=1, help="episodes in parallel")
+    run.add_argument("--limit", type=POSITIVE, help="run at most N tasks")
+    run.add_argument("--trials", type=POSITIVE, default=1, help="episodes per task, for pass^k")
+    run.add_argument("--concurrency", type=POSITIVE, default=1, help="episodes in parallel")
     run.add_argument("--agent", choices=["llm", "oracle"], default=None, help="oracle replays gold actions (solo)")
-    _add_role(run, "agent", "the agent's model")
-    _add_role(run, "user", "the user simulator's model")
+    add_role_flags(run, "agent", "the agent's model")
+    add_role_flags(run, "user", "the user simulator's model")
     run.add_argument("--solo", action="store_true", help="no user simulator: the agent works the ticket alone")
-    run.add_argument("--temperature", type=float, default=None, help="sampling temperature for both models")
-    run.add_argument("--max-steps", type=int, default=200)
-    run.add_argument("--max-errors", type=int, default=10)
-    run.add_argument("--out", help="folder for results.json")
+    run.add_argument("--temperature", type=TEMPERATURE, default=None, help="sampling temperature for every model")
+    run.add_argument("--max-steps", type=POSITIVE, default=200, help="end an episode after N messages")
+    run.add_argument("--max-errors", type=POSITIVE, default=10, help="end an episode after N tool errors")
+    run.add_argument("--out", help="folder for results.json (created; must not be a file)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     _add_data_dir(run)
     spec = run.add_argument_group("speculative execution (solo mode)")
     spec.add_argument("--mode", help="sequential, sa, smc, spork or X+spork; a comma list (sequential,sa,smc) runs each in one go")
-    _add_role(spec, "speculator", "the speculator: a model, or noisy-oracle:P with --agent oracle")
-    spec.add_argument("--macros", help="macro library JSON for smc (e.g. macros/tau2-telecom.json)")
+    add_role_flags(spec, "speculator", "the speculator's model", also="noisy-oracle:P (with --agent oracle)")
+    spec.add_argument("--macros", help="macro library JSON for smc (default: the bench's shipped library, "
+                                       "e.g. macros/tau2-telecom.json)")
     spec.add_argument("--latency-model", help="simulated latency: a preset name (smc-paper) or a JSON file")
-    spec.add_argument("--depth", type=int, default=4, help="draft chain depth")
-    spec.add_argument("--l-min", type=int, default=1, help="minimum decisions a macro commit must skip")
+    spec.add_argument("--depth", type=POSITIVE, default=4, help="draft chain depth")
+    spec.add_argument("--l-min", type=number(int, ge=0), default=1, help="minimum decisions a macro commit must skip")
     spec.add_argument("--verify-macros", action="store_true", help="check each macro commit against the authority and update n, k")
     spec.add_argument("--macros-out", help="save the macro library with its online-updated n, k, lcb here")
-    spec.add_argument("--seed", type=int, default=0)
+    spec.add_argument("--seed", type=number(int, ge=0), default=0, help="seeds noisy oracles and simulated probes")
     spec.add_argument("--resume", action="store_true", help="continue the run logged in --out without re-applying effects")
     spec.add_argument("--baseline", help="an earlier run's results.json (or its folder): report this run's ratios against it")
-    spec.add_argument("--gate", type=float, default=0.90, help="SPORK: dispatch a probed call at confidence >= gate")
-    spec.add_argument("--probe-every", type=int, default=16, help="SPORK: probe again every N authority tokens")
-    spec.add_argument("--probe-accuracy", type=float, default=0.9, help="SPORK with --agent oracle: simulated probe hit rate")
+    spec.add_argument("--gate", type=PROBABILITY, default=0.90, help="SPORK: dispatch a probed call at confidence >= gate")
+    spec.add_argument("--probe-every", type=POSITIVE, default=16, help="SPORK: probe again every N authority tokens")
+    spec.add_argument("--probe-accuracy", type=PROBABILITY, default=0.9, help="SPORK with --agent oracle: simulated probe hit rate")
     spec.add_argument("--no-cost-model", action="store_true", help="SPORK: probe and dispatch regardless of the cost model")
     spec.add_argument("--answer-prefix", default="",
                       help="LLM agent: start every answer with this text, continued by the endpoint "
@@ -87,6 +91,13 @@ def _add_bench_commands(sub: Any) -> None:
     ev.add_argument("--batch", help='JSON lines file of {"task_id", "actions", "end"} records')
     _add_data_dir(ev)
     ev.set_defaults(handler="agentspec.bench.commands:evaluate_command")
+
+    tasks = sub.add_parser("tasks", help="list a benchmark's task ids (what evaluate --task-id takes)")
+    tasks.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
+    tasks.add_argument("--split", default="base", help="task split (base, small, train, test, full)")
+    tasks.add_argument("--json", action="store_true", help="print the ids as one JSON list instead of one per line")
+    _add_data_dir(tasks)
+    tasks.set_defaults(handler="agentspec.bench.commands:tasks_command")
 
     data = sub.add_parser("data", help="benchmark data")
     data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -112,8 +123,8 @@ def _add_model_commands(sub: Any) -> None:
     serve = sub.add_parser("serve", help="serve local models over an OpenAI-compatible HTTP API")
     serve.add_argument("--model", action="append", required=True, help="NAME_OR_PATH (repeat to serve several)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    serve.add_argument("--max-tokens", type=int, default=2048, help="completion tokens when a request sets none")
+    serve.add_argument("--port", type=number(int, ge=0, le=65535), default=8000, help="0 picks a free port")
+    serve.add_argument("--max-tokens", type=POSITIVE, default=2048, help="completion tokens when a request sets none")
     serve.add_argument("--decoder", choices=["greedy", "toolspec"], default="greedy",
                        help="toolspec: lossless tree-speculative decoding of greedy requests")
     serve.add_argument("--sidecar", nargs="?", const="smollm2-135m", default=None, metavar="MODEL",
@@ -126,25 +137,44 @@ def _add_model_commands(sub: Any) -> None:
 COMMAND_GROUPS: list[Callable[[Any], None]] = [_add_bench_commands, _add_model_commands, add_sandbox_commands, add_mine_command]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is a :class:`UsageError` (one line, exit 2) like every other user mistake."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentspec", description="Fast, faithful tool-using agents.")
+    parser = _Parser(prog="agentspec", description="Fast, faithful tool-using agents.")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in COMMAND_GROUPS:
         add(sub)
     return parser
 
 
-def _dispatch(args: argparse.Namespace) -> dict[str, Any] | None:
+def _dispatch(args: argparse.Namespace) -> dict[str, Any] | list[Any] | None:
     module, _, function = args.handler.partition(":")
     return getattr(importlib.import_module(module), function)(args)
 
 
+def _first_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
-        summary = _dispatch(args)
+        summary = _dispatch(build_parser().parse_args(argv))
     except AgentSpecError as exc:
         print(f"agentspec: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BaseExceptionGroup as group:
+        # A task group re-raises a user-facing error wrapped in a group; unwrap it when that is all there is.
+        ours, rest = group.split(AgentSpecError)
+        if ours is None or rest is not None:
+            raise
+        print(f"agentspec: error: {_first_leaf(ours)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("agentspec: interrupted", file=sys.stderr)

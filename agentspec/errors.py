@@ -6,6 +6,7 @@ level they care about::
 
     AgentSpecError
     ├── ConfigError            bad flags, environment variables or files given by the user
+    │   ├── UsageError         the command line itself does not parse (argparse's complaint)
     │   └── DataError          benchmark data missing, corrupt (hash mismatch) or malformed
     ├── ModelError             anything that went wrong talking to a model endpoint
     │   ├── ModelTimeout       (also a TimeoutError)
@@ -27,6 +28,10 @@ class AgentSpecError(Exception):
 
 class ConfigError(AgentSpecError, ValueError):
     """The user gave a flag, variable or file that cannot be used."""
+
+
+class UsageError(ConfigError):
+    """The command line does not parse: an unknown flag, a missing argument, a number out of range."""
 
 
 class DataError(ConfigError):

@@ -25,6 +25,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from agentspec.checkpoint import decode as decode_checkpoint
+from agentspec.checkpoint import encode as encode_checkpoint
 from agentspec.env import Environment, StateSnapshot
 from agentspec.errors import SnapshotError
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
@@ -94,6 +96,23 @@ class SnapshotBackend(Protocol):
     async def discard(self, sandbox: Sandbox) -> None: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Checkpointable(Protocol):
+    """A backend whose live state lives in this process and can be written to the run log.
+
+    Backends without it keep their live state outside the process (a directory tree, a database file, the
+    world a function talks to): a resumed run adopts the logged steps and finds their effects already there.
+    """
+
+    def checkpoint(self) -> dict[str, Any] | None:
+        """The live state as run-log data (see :mod:`agentspec.checkpoint`); None when it cannot be captured."""
+        ...
+
+    def restore_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Make a logged checkpoint the live state (a new token); ConfigError when it is not trusted data."""
+        ...
 
 
 def check_descends(sandbox: Sandbox, live_token: str) -> None:
@@ -166,6 +185,13 @@ class InProcessBackend:
         self.live = sandbox.env
         self.live_token = sandbox.token
         sandbox.discarded = True  # its state now *is* live; the sandbox must not be used again
+
+    def checkpoint(self) -> dict[str, Any] | None:
+        return encode_checkpoint(self.live)
+
+    def restore_checkpoint(self, data: dict[str, Any]) -> None:
+        self.live = decode_checkpoint(self.live, data)
+        self.live_token = new_token()
 
     async def discard(self, sandbox: Sandbox) -> None:
         if isinstance(sandbox, InProcessSandbox):

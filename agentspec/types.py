@@ -151,6 +151,9 @@ class Observation(BaseModel):
     content: str
     error: bool = False
     requestor: Requestor = "assistant"
+    isolation: str | None = None
+    """None: the tool ran with everything its backend promises.  Otherwise the opt-ins that weakened it,
+    comma-separated: ``unconfined`` (``confinement="none"``), ``no-disk-limit``, ``no-pids-limit``."""
 
 
 class InvalidToolCall(BaseModel):

@@ -40,6 +40,7 @@ import anyio
 from agentspec.errors import SnapshotError
 from agentspec.sandbox.docker_backend import DockerBackend
 from agentspec.sandbox.overlay import OverlayBackend
+from agentspec.sandbox.program import Limits
 from agentspec.sandbox.sqlite_backend import SqliteBackend
 from agentspec.types import ToolCall
 from envs.workspace.environment import workspace_program
@@ -117,14 +118,17 @@ async def run_one(kind: str, megabytes: int, scratch: Path, repeats: int, image:
         source = await anyio.to_thread.run_sync(make_tree, folder / "src", megabytes)
         backend: Any
         if kind in ("overlay", "copy"):
-            backend = OverlayBackend(workspace_program(), source, mode=kind, scratch=scratch)
+            # Copy mode holds a full copy per fork: room for the largest tree's forks (the disk limit is
+            # measured by the tests, not here).
+            roomy = Limits(disk_bytes=16 * 2**30)
+            backend = OverlayBackend(workspace_program(), source, mode=kind, scratch=scratch, limits=roomy)
         else:
             assert image is not None
             backend = DockerBackend(workspace_program(), source, image=image, commit_mode="diff" if kind == "docker-diff" else "promote")
         started = time.perf_counter()
         async with backend:
             start_ms = (time.perf_counter() - started) * 1000
-            extra = {"confinement": backend.jail.kind, "mode": backend.mode} if kind in ("overlay", "copy") else {}
+            extra = {"isolation": backend.isolation}
             result = await measure(backend, repeats, sql=False)
         return {"start": round(start_ms, 2), **extra, **result}
     finally:

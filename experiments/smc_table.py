@@ -53,7 +53,7 @@ def run(seed: int, library: str, args: argparse.Namespace) -> dict[str, Any]:
     summary = _cli(argv)
     table = {mode: {key: s.get(key) for key in KEYS} for mode, s in summary["modes"].items()}
     for mode, row in table.items():
-        row["ratio_vs_sequential"] = summary["wall_ratio_vs_sequential"][mode]
+        row["ratio_vs_sequential"] = summary["speedup_vs_sequential"][mode]
     if args.verify:
         table["smc"]["macro_disagreements"] = summary["modes"]["smc"].get("macro_disagreements")
     return table

@@ -2,13 +2,22 @@
 
 The Docker engine is found through ``DOCKER_HOST`` or the default socket.  When
 none answers and this process may start one (root, ``dockerd`` installed), a
-private ``dockerd`` on a temporary data root is started for the session and
-stopped at its end, so ``pytest`` alone runs the Docker tests for real.  Only
-when no engine can be had are they skipped, with the reason.
+private ``dockerd`` is started for the session and stopped at its end, so
+``pytest`` alone runs the Docker tests for real; its data root is a btrfs file
+system on a loop device when ``mkfs.btrfs`` is installed, because the Docker
+backend caps each container's disk (``--storage-opt size``), which overlay2 on
+ext4 cannot do.
+
+A test that needs what the host cannot give (bubblewrap, an engine, a disk cap,
+debootstrap) skips with the exact reason and how to install it, through
+:func:`unavailable`; with ``AGENTSPEC_REQUIRE_ISOLATION=1`` (``.ci/run`` sets
+it) the same test fails instead, so CI never passes on skipped isolation tests.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import os
 import shutil
 import subprocess
@@ -16,13 +25,54 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
 from agentspec.types import ToolCall
 
 REPO = Path(__file__).resolve().parents[1]
+REQUIRE_ISOLATION = "AGENTSPEC_REQUIRE_ISOLATION"
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip with ``reason``; fail with it instead when ``AGENTSPEC_REQUIRE_ISOLATION=1``."""
+    if os.environ.get(REQUIRE_ISOLATION) == "1":
+        pytest.fail(f"{reason} [{REQUIRE_ISOLATION}=1: this test must run here]", pytrace=False)
+    pytest.skip(reason)
+
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """Why the overlay/copy backends cannot start here (the backend's own message), or None."""
+    import anyio
+
+    from agentspec.errors import SnapshotError
+    from agentspec.sandbox._host import host_jail
+    from envs.workspace.environment import OPS_FILE
+
+    def probe() -> str | None:
+        try:
+            anyio.run(host_jail, "bwrap", OPS_FILE, 2**20)
+        except SnapshotError as exc:
+            return str(exc)
+        return None
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # callable from inside a running event loop
+        return pool.submit(probe).result()
+
+
+def require_bwrap() -> None:
+    """Skip (or fail, see :func:`unavailable`) unless bubblewrap works here."""
+    problem = bwrap_problem()
+    if problem is not None:
+        unavailable(problem)
+
+
+@pytest.fixture
+def needs_bwrap() -> None:
+    """For tests that start an overlay or copy backend (they need bubblewrap)."""
+    require_bwrap()
 
 
 def C(name: str, **arguments: Any) -> ToolCall:
@@ -50,14 +100,30 @@ async def read_tree(target: Any) -> dict[str, str]:
     return tree
 
 
+def _btrfs_data_root(root: Path) -> Path:
+    """A btrfs file system on a sparse loop file (lets dockerd cap a container's disk), else a plain folder."""
+    data = root / "data"
+    data.mkdir()
+    if shutil.which("mkfs.btrfs") is None:
+        return data
+    image = root / "data.img"
+    with image.open("wb") as fh:
+        fh.truncate(20 * 2**30)
+    made = subprocess.run(["mkfs.btrfs", "-q", str(image)], capture_output=True, check=False)
+    if made.returncode == 0:
+        subprocess.run(["mount", "-o", "loop", str(image), str(data)], capture_output=True, check=False)
+    return data
+
+
 def _start_dockerd() -> tuple[subprocess.Popen[bytes], Path] | None:
     if os.geteuid() != 0 or shutil.which("dockerd") is None:
         return None
     root = Path(tempfile.mkdtemp(prefix="agentspec-test-dockerd-"))
     sock = root / "docker.sock"
+    data = _btrfs_data_root(root)
     log = (root / "dockerd.log").open("wb")
     process = subprocess.Popen(
-        ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"), "-H", f"unix://{sock}",
+        ["dockerd", "--data-root", str(data), "--exec-root", str(root / "exec"), "-H", f"unix://{sock}",
          "--pidfile", str(root / "dockerd.pid"), "--bridge=none", "--iptables=false", "--ip-forward=false"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -85,12 +151,12 @@ def docker_client() -> Iterator[Any]:
     except SnapshotError as first:
         started = _start_dockerd()
         if started is None:
-            pytest.skip(f"no Docker engine: {first} (and no dockerd could be started here)")
+            unavailable(f"no Docker engine: {first} (and no dockerd could be started here: apt-get install docker.io)")
         try:
             client = _wait_for_engine()
         except SnapshotError as exc:
             _stop(started)
-            pytest.skip(f"no Docker engine: started dockerd did not answer: {exc}")
+            unavailable(f"no Docker engine: started dockerd did not answer: {exc}")
     try:
         yield client
     finally:
@@ -128,10 +194,21 @@ def _stop(started: tuple[subprocess.Popen[bytes], Path]) -> None:
 
 @pytest.fixture(scope="session")
 def dev_image(docker_client: Any) -> str:
-    """The fast development image (envs/sandboxes/dev.toml), built or found by its content hash."""
+    """The fast development image (envs/sandboxes/dev.toml), built or found by its content hash.
+
+    Skips (see :func:`unavailable`) when the engine cannot cap a container's disk: every Docker
+    backend with the default limits would refuse to start there.
+    """
+    from agentspec.errors import SnapshotError
+    from agentspec.sandbox._docker import check_disk_limit
     from agentspec.sandbox.images import ImageDefinition, build_image
 
-    return build_image(docker_client, ImageDefinition.load(REPO / "envs" / "sandboxes" / "dev.toml")).tag
+    tag = build_image(docker_client, ImageDefinition.load(REPO / "envs" / "sandboxes" / "dev.toml")).tag
+    try:
+        check_disk_limit(docker_client.api, tag)
+    except SnapshotError as exc:
+        unavailable(str(exc))
+    return tag
 
 
 def host_processes(marker: str) -> list[int]:

@@ -423,6 +423,21 @@ def test_sidecar_predicts_a_call_in_the_background(smol: Any) -> None:
     assert all(h.source == "hint.sidecar" for h in hints) and job.seconds > 0
 
 
+def test_sidecar_drafts_slots_whose_schema_is_a_ref_to_defs(smol: Any) -> None:
+    """Pydantic-generated tools put nested types in $defs; a slot compiled alone still resolves its $ref."""
+    from agentspec.decoding.sidecar import Sidecar
+
+    tool = {"name": "get_weather", "description": "Current weather of a city.", "parameters": {
+        "$defs": {"Unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "type": "object", "properties": {"city": {"type": "string"}, "unit": {"$ref": "#/$defs/Unit"}},
+        "required": ["city", "unit"]}}
+    helper = Sidecar(smol, max_steps=12)
+    request = DraftRequest(smol, (1,), (tool,))
+    job = helper.start(request, messages=[{"role": "user", "content": "Weather in Paris, in celsius?"}])
+    assert job.wait(60) and job.error is None and job.prediction is not None
+    assert job.prediction["arguments"].get("unit") in ("celsius", "fahrenheit")
+
+
 # ---------------------------------------------------------------- stats and indexes
 
 

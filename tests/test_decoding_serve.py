@@ -12,6 +12,7 @@ import pytest
 import torch
 from decoding_support import QWEN, SMOL, chat_prompt, local, plain_greedy
 from local_models import WEATHER_TOOLS
+from pydantic import BaseModel
 
 from agentspec.cli import build_parser
 from agentspec.decoding.decoder import ToolSpecDecoder, default_drafters
@@ -25,6 +26,19 @@ WEATHER = [{"role": "user", "content": "What is the weather in Paris, in celsius
 # A client's guess that is wrong about the city: the schema drafter already drafts everything a right guess would
 # (the question's "Paris" included), so only a wrong one shows as drafted hint tokens; it must not change the answer.
 HINT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lyon", "unit": "celsius"}}\n</tool_call>'
+
+
+class Place(BaseModel):
+    city: str
+    unit: str
+
+
+class Forecast(BaseModel):
+    where: Place
+
+
+# pydantic puts Place under "$defs" and reaches it with "$ref": the decoder's grammar must resolve it too.
+DEFS_TOOLS = [{"type": "function", "function": {"name": "forecast", "parameters": Forecast.model_json_schema()}}]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,7 +70,8 @@ def post(app: Any, body: dict[str, Any]) -> Any:
     {"messages": WEATHER, "tools": WEATHER_TOOLS, "tool_choice": "required", "max_tokens": 60},
     {"messages": WEATHER, "tools": WEATHER_TOOLS, "tool_choice": "required", "max_tokens": 60,
      "agentspec_hints": [HINT]},
-], ids=["text", "required-call", "with-hint"])
+    {"messages": WEATHER, "tools": DEFS_TOOLS, "tool_choice": "required", "max_tokens": 60},
+], ids=["text", "required-call", "with-hint", "defs-and-refs"])
 def test_toolspec_serves_the_greedy_answer_with_stats(apps: dict[str, Any], body: dict[str, Any]) -> None:
     status, greedy = post(apps["greedy"], body)
     status_t, toolspec = post(apps["toolspec"], body)

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -14,7 +19,7 @@ from agentspec.cli import main
 from agentspec.errors import ModelUnavailable
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.models import embedded
-from agentspec.models.embedded import embedded_server
+from agentspec.models.embedded import PARENT_ENV, embedded_server
 from agentspec.models.registry import pull
 from local_models import tiny_model
 from agentspec.types import Message
@@ -65,3 +70,100 @@ def test_llm_run_without_endpoints_serves_local_models(tau2_dir: Path, tmp_path:
     episode = json.loads((tmp_path / "out" / "results.json").read_text())["episodes"][0]
     assert episode["error"] is None, episode["error"]
     assert episode["steps"] > 0 and episode["messages"][1]["role"] == "user"
+
+
+PARENT = """
+import json, sys, anyio
+from agentspec.models.embedded import embedded_server
+
+async def main() -> None:
+    async with embedded_server([sys.argv[1]]) as served:
+        print(json.dumps({"pid": served.pid, "base_url": served.base_url}), flush=True)
+        await anyio.sleep_forever()
+
+anyio.run(main)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _running(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _refused_within(base_url: str, seconds: float) -> bool:
+    """Whether connecting to ``base_url`` is refused (the socket is closed), waiting up to ``seconds``.
+
+    A killed multi-threaded process shows as a zombie before its last thread has closed its files.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(base_url + "/models", timeout=2)
+        except httpx.ConnectError:
+            return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def test_the_child_server_dies_with_a_parent_killed_by_sigkill() -> None:
+    pull("smollm2-135m")
+    child = 0
+    with subprocess.Popen([sys.executable, "-c", PARENT, "smollm2-135m"], stdout=subprocess.PIPE, text=True) as parent:
+        try:
+            assert parent.stdout is not None
+            started = json.loads(parent.stdout.readline())
+            child, base_url = started["pid"], started["base_url"]
+            assert _running(child) and httpx.get(base_url + "/models", timeout=10).status_code == 200
+            parent.send_signal(signal.SIGKILL)  # nothing in the parent gets to leave the block
+            parent.wait(timeout=10)
+            assert _gone_within(child, 5), "the embedded server outlived the process that started it"
+            assert _refused_within(base_url, 5), "the embedded server's port is still open"
+        finally:
+            parent.kill()
+            if child and _running(child):
+                os.kill(child, signal.SIGKILL)
+
+
+def test_a_server_whose_parent_is_already_gone_does_not_start() -> None:
+    # The parent died between starting the child and the child arming its parent-death signal.
+    env = {**os.environ, PARENT_ENV: "1"}
+    command = [sys.executable, "-m", "agentspec.cli", "serve", "--model", "smollm2-135m", "--port", "0"]
+    done = subprocess.run(command, env=env, stdin=subprocess.PIPE, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "pid 1) is gone" in done.stderr and "Traceback" not in done.stderr
+
+
+WATCHED = """
+import sys, time
+from agentspec.serve.lifeline import watch_pipe
+watch_pipe(sys.stdin.buffer, grace_s=30)
+print("watching", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_pipe_watchdog_stops_the_server_when_the_pipe_closes() -> None:
+    # The second guard alone (it is the only one off Linux): end of file on stdin means the parent is gone.
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
+    with subprocess.Popen([sys.executable, "-c", WATCHED], text=True, **pipes) as child:  # type: ignore[call-overload]
+        try:
+            assert child.stdout is not None and child.stdout.readline() == "watching\n"
+            assert child.stdin is not None
+            child.stdin.close()
+            assert child.wait(timeout=10) == -signal.SIGTERM
+        finally:
+            child.kill()

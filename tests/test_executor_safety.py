@@ -105,15 +105,15 @@ def run_trio(fn, *args):
     return anyio.run(fn, *args, backend="trio", backend_options={"clock": MockClock(autojump_threshold=0)})
 
 
-async def execute(script, seed, mode, p_right, p_stale, with_macros, depth, log=None, resumed=None, initial=None, stop_after=None):
+async def execute(script, seed, mode, p_right, p_stale, with_macros, depth, log=None, resumed=None, stop_after=None):
     rng = random.Random(seed)
     authority = ScriptAuthority(script, think=rng.choice([0.0, 0.5, 2.0]))
     speculator = RandomSpeculator(authority, rng, p_right, p_stale, slowness=rng.choice([0.05, 0.5, 2.0]))
     macros = macros_from(script, rng, 3) if with_macros else None
-    backend = InProcessBackend(initial or KVEnvironment())
+    backend = InProcessBackend(KVEnvironment())
     executor = ExecutionLoop(backend, authority, speculator if mode != "sequential" else None,
                         config=ExecutorConfig(mode=mode, depth=depth, max_errors=100), macros=macros, log=log,
-                        task_id="toy", checkpoint=lambda: backend.live.snapshot().data)
+                        task_id="toy")
     if stop_after is None:
         result = await executor.run(resumed)
         return backend, result
@@ -157,16 +157,11 @@ def test_killed_and_resumed_run_reaches_the_same_state(tmp_path_factory, script,
     _, whole = run_trio(execute, script, seed, mode, 0.7, 0.1, with_macros, 3)
     folder = tmp_path_factory.mktemp("log")
     log = RunLog(folder / "run.jsonl")
-    run_trio(execute, script, seed, mode, 0.7, 0.1, with_macros, 3, log, None, None, kill_at)
+    run_trio(execute, script, seed, mode, 0.7, 0.1, with_macros, 3, log, None, kill_at)
     log.close()
     logged = RunLog.read(folder / "run.jsonl").get("toy")
-    initial = None
-    if logged is not None and logged.checkpoint is not None:
-        from agentspec.env import StateSnapshot
-
-        initial = KVEnvironment().restore(StateSnapshot(data=logged.checkpoint))
     log = RunLog(folder / "run.jsonl")
-    backend, resumed = run_trio(execute, script, seed, mode, 0.7, 0.1, with_macros, 3, log, logged, initial)
+    backend, resumed = run_trio(execute, script, seed, mode, 0.7, 0.1, with_macros, 3, log, logged)
     log.close()
     assert backend.live.state == replay(resumed.steps)  # nothing committed before the kill was applied twice
     if not any(s.source == "macro" for s in resumed.steps + whole.steps):
@@ -227,27 +222,23 @@ def test_a_wrong_speculator_wastes_work_but_changes_nothing():
 
 
 def test_resume_after_a_kill_mid_run(tmp_path):
-    async def go(log, resumed, initial, stop_after):
+    async def go(log, resumed, stop_after):
         authority = ScriptAuthority(SCRIPT, think=2.0)
-        backend = InProcessBackend(initial or KVEnvironment())
+        backend = InProcessBackend(KVEnvironment())
         executor = ExecutionLoop(backend, authority, RandomSpeculator(authority, random.Random(0), 1.0, 0.0, slowness=0.1),
-                            config=ExecutorConfig(mode="sa"), log=log, task_id="toy",
-                            checkpoint=lambda: backend.live.snapshot().data)
+                            config=ExecutorConfig(mode="sa"), log=log, task_id="toy")
         with anyio.move_on_after(stop_after):
             return backend, await executor.run(resumed)
         return backend, None
 
     log = RunLog(tmp_path / "run.jsonl")
-    backend, killed = run_trio(go, log, None, None, 7.0)
+    backend, killed = run_trio(go, log, None, 7.0)
     log.close()
     assert killed is None
     logged = RunLog.read(tmp_path / "run.jsonl")["toy"]
     assert 0 < len(logged.steps) < len(SCRIPT)
-    from agentspec.env import StateSnapshot
-
-    initial = KVEnvironment().restore(StateSnapshot(data=logged.checkpoint))
     log = RunLog(tmp_path / "run.jsonl")
-    backend, resumed = run_trio(go, log, logged, initial, 1000)
+    backend, resumed = run_trio(go, log, logged, 1000)
     log.close()
     assert [s.call for s in resumed.steps] == SCRIPT
     assert backend.live.state["journal"] == ["put a 1", "incr a", "incr b", "reset b", "notify hi"]  # each effect once
@@ -260,15 +251,15 @@ def test_a_run_log_with_a_gap_is_refused(tmp_path):
     call = ToolCall(name="get", arguments={"key": "a"})
     seen = Observation(call_id=call.id, name="get", content="a=0")
     log = RunLog(tmp_path / "run.jsonl")
-    log.commit("toy", 0, log.intent("toy", 0, call, "authority"), seen, None)
-    log.commit("toy", 2, log.intent("toy", 2, call, "sa"), seen, b"state")  # step 1 never logged
+    log.commit("toy", [(0, log.intents("toy", 0, [call], "authority")[0], seen)], None)
+    log.commit("toy", [(2, log.intents("toy", 2, [call], "sa")[0], seen)], None)  # step 1 never logged
     log.close()
-    with pytest.raises(ConfigError, match="commits step 2 after 1 logged steps; the log has a gap"):
+    with pytest.raises(ConfigError, match=r"line 5: task 'toy' commits step 2 after 1 logged steps \(a gap\)"):
         RunLog.read(tmp_path / "run.jsonl")
     # A task run again from its start into the same log: the later run is the one a resume continues.
     again = RunLog(tmp_path / "again.jsonl")
     for step in (0, 1, 0):
-        again.commit("toy", step, again.intent("toy", step, call, "authority"), seen, None)
+        again.commit("toy", [(step, again.intents("toy", step, [call], "authority")[0], seen)], None)
     again.close()
     assert len(RunLog.read(tmp_path / "again.jsonl")["toy"].steps) == 1
 

@@ -236,7 +236,7 @@ def test_library_round_trips(tmp_path):
     library = MacroLibrary(bench="synthetic", provenance={"source": ["synthetic"]}, parameters=FilterConfig().as_dict(), macros=macros)
     library.save(tmp_path / "lib.json")
     again = MacroLibrary.load(tmp_path / "lib.json")
-    assert again == library and again.provenance["created"]
+    assert again == library and "created" not in again.provenance  # no timestamp: same library, same bytes
     assert again.macros[0].flow and again.macros[0].support > 0
     again.save(tmp_path / "again.json")
     assert (tmp_path / "again.json").read_text() == (tmp_path / "lib.json").read_text()
@@ -359,7 +359,17 @@ def test_mine_with_a_model_speculator_over_http(tau2_dir, tmp_path, capsys):
     (["--out", "x.json"], "--speculator-model"),
     (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--tau", "2"], "tau"),
     (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--delta", "0"], "delta"),
-    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--max-length", "1"], "--min-length"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--max-length", "1"], "--max-length"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--min-length", "4", "--max-length", "3"], "--min-length"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--samples", "0"], "--samples: must be an integer >= 1"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--concurrency", "-2"], "--concurrency"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--max-states", "0"], "--max-states"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--temperature", "nan"], "--temperature"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--n-min", "0"], "--n-min"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--top", "0"], "--top"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--seed", "-1"], "--seed"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--min-reward", "1.5"], "--min-reward"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "."], "is a folder"),
     (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--runs", "/nonexistent"], "cannot read"),
     (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--no-gold"], "--runs"),
     (["--speculator-model", "noisy-oracle:3", "--out", "x.json"], "in [0, 1]"),
@@ -367,7 +377,30 @@ def test_mine_with_a_model_speculator_over_http(tau2_dir, tmp_path, capsys):
 ])
 def test_mine_bad_flags_exit_2(tau2_dir, capsys, argv, message):
     code = main(["mine", "--bench", "tau2-telecom", "--data-dir", str(tau2_dir), "--no-progress", *argv])
-    assert code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_mining_twice_gives_identical_bytes_and_records_its_inputs(tau2_dir, tmp_path, capsys):
+    """Before: every save stamped provenance.created with today's date, so a re-mine rewrote a tracked file."""
+    argv = ["--split", "train", "--speculator-model", "noisy-oracle:0.8", "--max-states", "40", "--data-dir", str(tau2_dir)]
+    mine_cli(capsys, *argv, "--out", str(tmp_path / "a.json"))
+    mine_cli(capsys, *argv, "--out", str(tmp_path / "b.json"))
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    provenance = MacroLibrary.load(tmp_path / "a.json").provenance
+    assert "created" not in provenance
+    assert provenance["split"] == "train" and provenance["speculator"] == "noisy-oracle:0.8" and provenance["seed"] == 0
+    assert len(provenance["data_sha256"]) == 64
+    mine_cli(capsys, *argv, "--seed", "1", "--out", str(tmp_path / "c.json"))
+    assert MacroLibrary.load(tmp_path / "c.json").provenance["data_sha256"] == provenance["data_sha256"]  # same data
+    mine_cli(capsys, *argv[:-2], "--split", "test", "--data-dir", str(tau2_dir), "--out", str(tmp_path / "d.json"))
+    assert MacroLibrary.load(tmp_path / "d.json").provenance["data_sha256"] != provenance["data_sha256"]
+
+
+def test_shipped_library_is_the_readme_mine_command_output():
+    """macros/tau2-telecom.json records its inputs, not a date (it was re-mined with the README's command)."""
+    shipped = json.loads(SHIPPED.read_text())
+    assert "created" not in shipped["provenance"] and len(shipped["provenance"]["data_sha256"]) == 64
 
 
 # --------------------------------------------------------------------------- end to end

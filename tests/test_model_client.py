@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import json
+import re
 import socket
+import sys
+import threading
 import time
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -426,3 +435,98 @@ def test_for_role_errors_name_what_to_set() -> None:
         ModelConfig.for_role("agent", "http://h:1/v1", env={"AGENTSPEC_AGENT_TIMEOUT": "soon"})
     with pytest.raises(ConfigError, match="http"):
         ModelConfig.for_role("agent", "m", base_url="localhost:8000", env={})
+
+
+# ---------------------------------------------------------------- failures inside a stream, declared imports
+
+
+def _sse_head_and_first_chunk() -> bytes:
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": None}]}
+    event = f"data: {json.dumps(chunk)}\n\n".encode()
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    return head + f"{len(event):x}\r\n".encode() + event + b"\r\n"
+
+
+@contextmanager
+def broken_stream_server(after_first_chunk: str) -> Iterator[str]:
+    """A raw HTTP server whose one stream sends a chunk, then "cut"s the connection or "stall"s."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    release = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += conn.recv(65536)
+            head, _, body = received.partition(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(_sse_head_and_first_chunk())
+            if after_first_chunk == "stall":
+                release.wait(10)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        release.set()
+        thread.join(timeout=10)
+        listener.close()
+
+
+@pytest.mark.parametrize(("behaviour", "error"), [("cut", ModelUnavailable), ("stall", ModelTimeout)])
+async def test_a_stream_that_breaks_after_its_first_chunk_is_translated(behaviour: str, error: type) -> None:
+    # Whichever HTTP library the installed openai SDK runs on, what escapes is an agentspec error.
+    with broken_stream_server(behaviour) as base_url:
+        async with ModelClient(ModelConfig(base_url=base_url, model="m", timeout_s=0.5, max_retries=0)) as client:
+            events: list[Any] = []
+            with pytest.raises(error):
+                async for event in client.stream_chat(HI):
+                    events.append(event)
+    assert [event.text for event in events] == ["Hel"]
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared_distributions() -> set[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    pins = [*project["dependencies"], *(pin for extra in project["optional-dependencies"].values() for pin in extra)]
+    return {_canonical(re.split(r"[<>=!~\[; ]", pin, maxsplit=1)[0]) for pin in pins}
+
+
+def _imported_modules() -> dict[str, str]:
+    """Top-level third-party modules the library imports anywhere (lazy imports too), with one file each."""
+    own = {"agentspec", "envs", "__future__"}
+    found: dict[str, str] = {}
+    for path in sorted([*REPO.glob("agentspec/**/*.py"), *REPO.glob("envs/**/*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for top in (name.split(".")[0] for name in names):
+                if top not in sys.stdlib_module_names and top not in own:
+                    found.setdefault(top, str(path.relative_to(REPO)))
+    return found
+
+
+def test_the_library_imports_only_declared_distributions() -> None:
+    # httpx2 came in with some openai versions only: code must not lean on what a dependency happens to pull in.
+    declared = _declared_distributions()
+    providers = importlib.metadata.packages_distributions()
+    undeclared = {
+        module: where for module, where in _imported_modules().items()
+        if not {_canonical(dist) for dist in providers.get(module, [])} & declared
+    }
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"

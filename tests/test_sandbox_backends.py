@@ -16,7 +16,7 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sandbox_support import PROCESS_LIST, C, host_processes, read_tree
+from sandbox_support import PROCESS_LIST, C, host_processes, read_tree, require_bwrap
 
 from agentspec.sandbox.docker_backend import DockerBackend
 from agentspec.sandbox.overlay import OverlayBackend
@@ -45,6 +45,7 @@ def _opener(request: pytest.FixtureRequest, source: Path) -> Opener:
         image = request.getfixturevalue("dev_image")
         mode = "diff" if kind == "docker-diff" else "promote"
         return lambda **kw: DockerBackend(workspace_program(), source, image=image, client=client, commit_mode=mode, **kw)
+    require_bwrap()
     return lambda **kw: OverlayBackend(workspace_program(), source, mode=kind, **kw)
 
 

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
-from sandbox_support import REPO, C, read_tree
+from sandbox_support import REPO, C, read_tree, unavailable
 
 from agentspec.cli import main
 from agentspec.sandbox._docker import BACKEND, OWNER, sweep
@@ -172,9 +173,10 @@ def test_build_command_caches_by_content_hash(docker_client: Any, capsys: pytest
     assert second["cached"] and second["id"] == first["id"] and second["tag"].startswith("agentspec-dev:")
 
 
-@pytest.mark.skipif(shutil.which("debootstrap") is None or os.geteuid() != 0, reason="debootstrap (as root) is needed")
 async def test_debootstrap_image_is_hermetic(docker_client: Any, tmp_path: Path) -> None:
     """``agentspec sandbox build bookworm``: Debian's own python3, no host directory mounted in."""
+    if shutil.which("debootstrap") is None or os.geteuid() != 0:
+        unavailable("building the hermetic image needs debootstrap, as root: apt-get install debootstrap")
     assert main(["sandbox", "build", "bookworm"]) == 0
     (tmp_path / "hello.py").write_text("print('hello from bookworm')")
     async with _backend(docker_client, "agentspec-bookworm:latest", tmp_path) as backend:
@@ -182,3 +184,36 @@ async def test_debootstrap_image_is_hermetic(docker_client: Any, tmp_path: Path)
         assert info["Mounts"] == []
         obs = await backend.execute(C("run_shell", command="python3 hello.py; grep VERSION_CODENAME /etc/os-release"))
         assert obs.content.splitlines() == ["hello from bookworm", "VERSION_CODENAME=bookworm"]
+
+
+async def test_disk_limit_is_enforced(docker_client: Any, dev_image: str) -> None:
+    """20 MB: a bigger file, or files that add up to more, fail inside; the writable layer stays under it."""
+    limit = 20 * 2**20
+    async with _backend(docker_client, dev_image, limits=Limits(disk_bytes=limit)) as backend:
+        box = await backend.fork(await backend.snapshot())
+        host = docker_client.api.inspect_container(box.container_id)["HostConfig"]
+        assert host["StorageOpt"] == {"size": str(limit)}
+        one = await box.execute(C("run_shell", command="dd if=/dev/zero of=big bs=1M count=30 2>&1"))
+        assert any(why in one.content for why in ("File size limit exceeded", "Disk quota exceeded")), one.content
+        many = await box.execute(C("run_shell", command="rm -f big; for i in 1 2; do dd if=/dev/zero of=f$i bs=1M count=15 2>&1; done"))
+        assert "Disk quota exceeded" in many.content or "No space left" in many.content, many.content
+        url = docker_client.api._url("/containers/{0}/json", box.container_id)
+        size = docker_client.api._result(docker_client.api._get(url, params={"size": 1}), True)["SizeRw"]
+        assert size <= limit + 2**20, size
+
+
+async def test_an_engine_that_cannot_cap_the_disk_is_refused(docker_client: Any, dev_image: str) -> None:
+    """The refusal names the cause and the way out; ``disk_bytes=None`` is the reported opt-out."""
+    from agentspec.errors import SnapshotError
+    from agentspec.sandbox import _docker
+
+    refusal = docker.errors.APIError("--storage-opt is supported only for overlay over xfs with 'pquota' mount option")
+    assert _docker.is_disk_limit_refusal(refusal)
+    assert "Limits(disk_bytes=None)" in str(_docker.disk_limit_error(refusal))
+    async with _backend(docker_client, dev_image, limits=Limits(disk_bytes=None, pids=None)) as backend:
+        host = docker_client.api.inspect_container(backend.live_container)["HostConfig"]
+        assert not host.get("StorageOpt") and backend.weakened == "no-pids-limit,no-disk-limit"
+        assert backend.isolation["disk_bytes"] is None
+        assert (await backend.execute(C("run_shell", command="echo ok"))).isolation == "no-pids-limit,no-disk-limit"
+    with pytest.raises(SnapshotError):
+        raise _docker.disk_limit_error(refusal)

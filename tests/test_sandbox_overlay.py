@@ -12,16 +12,18 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_support import REPO, C, read_tree
+from sandbox_support import REPO, C, host_processes, needs_bwrap, read_tree, require_bwrap  # noqa: F401 - fixture
 
+from agentspec.errors import ConfigError, SnapshotError
 from agentspec.sandbox import _mounts
 from agentspec.sandbox.overlay import PREFIX, OverlayBackend
 from agentspec.sandbox.program import Limits
-from envs.workspace.environment import workspace_program
+from envs.workspace.environment import open_workspace, workspace_program
 
 pytestmark = pytest.mark.anyio
 
 needs_overlay = pytest.mark.skipif(os.geteuid() != 0, reason="overlay mounts need root here (or run under unshare -Urm)")
+jailed = pytest.mark.usefixtures("needs_bwrap")
 
 
 def _tree(folder: Path, files: int, size: int = 100) -> Path:
@@ -32,6 +34,7 @@ def _tree(folder: Path, files: int, size: int = 100) -> Path:
     return folder
 
 
+@jailed
 @needs_overlay
 async def test_overlay_fork_is_constant_time_and_never_writes_the_source(tmp_path: Path) -> None:
     source = _tree(tmp_path / "src", 2000)
@@ -49,6 +52,7 @@ async def test_overlay_fork_is_constant_time_and_never_writes_the_source(tmp_pat
     assert (source / "dir1" / "f1.txt").read_text() == "x" * 100
 
 
+@jailed
 @needs_overlay
 async def test_deep_stacks_are_squashed_without_changing_the_state(tmp_path: Path) -> None:
     source = _tree(tmp_path / "src", 10)
@@ -69,6 +73,7 @@ async def test_deep_stacks_are_squashed_without_changing_the_state(tmp_path: Pat
         assert backend._live is not None and len(backend._live.layers) <= 3
 
 
+@jailed
 async def test_copy_mode_is_a_full_working_fallback(tmp_path: Path) -> None:
     source = _tree(tmp_path / "src", 5)
     async with OverlayBackend(workspace_program(), source, mode="copy") as backend:
@@ -85,18 +90,20 @@ from pathlib import Path
 sys.path[:0] = [{repo!r}, {tests!r}]
 from sandbox_support import C, read_tree
 from agentspec.sandbox.overlay import OverlayBackend
+from agentspec.sandbox.program import Limits
 from envs.workspace.environment import workspace_program
 
 async def main():
-    async with OverlayBackend(workspace_program(), Path(sys.argv[1]), scratch=Path(sys.argv[2])) as b:
+    limits = Limits(**json.loads(sys.argv[3]))
+    async with OverlayBackend(workspace_program(), Path(sys.argv[1]), scratch=Path(sys.argv[2]), limits=limits) as b:
         box = await b.fork(await b.snapshot())
         await box.execute(C("write_file", path="n.txt", content="new"))
         await box.execute(C("delete_path", path="a.txt"))
         chained = await b.fork(await b.snapshot(box))
         await chained.execute(C("write_file", path="m.txt", content="m"))
         await b.commit(chained)
-        print(json.dumps({{"mode": b.mode, "live": await read_tree(b)}}), flush=True)
-        if len(sys.argv) > 3:  # wait to be killed
+        print(json.dumps({{"mode": b.mode, "weakened": b.weakened, "live": await read_tree(b)}}), flush=True)
+        if len(sys.argv) > 4:  # wait to be killed
             await anyio.sleep(600)
 
 anyio.run(main)
@@ -112,32 +119,49 @@ def _script(tmp_path: Path) -> Path:
     return script
 
 
+# Root's processes are exempt from RLIMIT_NPROC and cgroupfs is not writable inside a user namespace:
+# as root, these runs opt out of the process limit, and say so.
+NO_PIDS = {"pids": None} if os.geteuid() == 0 else {}
+
+
 @pytest.mark.parametrize(
-    ("wrapper", "mode"),
-    [(["unshare", "-Urm"], "overlay"), (["unshare", "-U", "--map-root-user"], "copy")],
-    ids=["unshare-Urm", "unshare-U"],
+    ("wrapper", "limits", "expected"),
+    [
+        (["unshare", "-Urm"], NO_PIDS, "overlay"),
+        (["unshare", "-U", "--map-root-user"], NO_PIDS, "cannot enforce the disk limit"),
+        (["unshare", "-U", "--map-root-user"], {**NO_PIDS, "disk_bytes": None}, "copy"),
+    ],
+    ids=["unshare-Urm", "unshare-U-refused", "unshare-U-no-disk-limit"],
 )
-def test_user_namespaces_overlay_or_fall_back_to_copies(tmp_path: Path, wrapper: list[str], mode: str) -> None:
-    """Inside ``unshare -Urm`` overlays mount (userxattr); without a mount namespace mounting is refused."""
+def test_user_namespaces_overlay_copy_or_refuse(tmp_path: Path, wrapper: list[str], limits: dict, expected: str) -> None:
+    """Inside ``unshare -Urm`` overlays mount (userxattr); without a mount namespace no tmpfs can cap the
+    disk: refused, unless the caller opts out of the disk limit (then copies on /dev/shm, reported)."""
+    require_bwrap()
     if shutil.which("unshare") is None or subprocess.run([*wrapper, "true"], check=False).returncode != 0:
         pytest.skip(f"{' '.join(wrapper)} is not available here")
     script = _script(tmp_path)
     result = subprocess.run(
-        [*wrapper, sys.executable, str(script), str(tmp_path / "src"), str(tmp_path / "scratch")],
+        [*wrapper, sys.executable, str(script), str(tmp_path / "src"), str(tmp_path / "scratch"), json.dumps(limits)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
+    assert list((tmp_path / "scratch").iterdir()) == []
+    if expected not in ("overlay", "copy"):
+        assert result.returncode != 0 and expected in result.stderr, result.stderr
+        assert "Limits(disk_bytes=None)" in result.stderr
+        return
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout.strip().splitlines()[-1])
-    assert answer == {"mode": mode, "live": {"n.txt": "new", "m.txt": "m"}}
-    assert list((tmp_path / "scratch").iterdir()) == []
+    weakened = ",".join(f"no-{name.removesuffix('_bytes')}-limit" for name in limits) or None
+    assert answer == {"mode": expected, "weakened": weakened, "live": {"n.txt": "new", "m.txt": "m"}}
 
 
+@jailed
 @needs_overlay
 async def test_leftovers_of_a_killed_process_are_swept_on_start(tmp_path: Path) -> None:
     script = _script(tmp_path)
     scratch = tmp_path / "scratch"
     child = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "src"), str(scratch), "wait"], stdout=subprocess.PIPE, text=True
+        [sys.executable, str(script), str(tmp_path / "src"), str(scratch), "{}", "wait"], stdout=subprocess.PIPE, text=True
     )
     try:
         assert child.stdout is not None and json.loads(child.stdout.readline())["mode"] == "overlay"
@@ -153,6 +177,7 @@ async def test_leftovers_of_a_killed_process_are_swept_on_start(tmp_path: Path) 
         assert not roots[0].exists() and not _mounts.mounts_under(roots[0])  # ... the next start does
 
 
+@jailed
 async def test_memory_limit_is_enforced(tmp_path: Path) -> None:
     async with OverlayBackend(workspace_program(), None, limits=Limits(memory_bytes=256 * 2**20)) as backend:
         obs = await backend.execute(C("run_python", code="block = bytearray(600 * 2**20)\nprint('allocated')"))
@@ -161,12 +186,12 @@ async def test_memory_limit_is_enforced(tmp_path: Path) -> None:
         assert ok.content.strip() == "allocated"
 
 
+@jailed
 @needs_overlay
 async def test_tools_are_confined_to_the_workspace(tmp_path: Path) -> None:
     marker = tmp_path / "outside.txt"
     async with OverlayBackend(workspace_program(), None, mode="overlay") as backend:
-        if backend.jail.kind != "bwrap":
-            pytest.skip("bubblewrap is not usable here")
+        assert backend.confinement == "bwrap" and backend.weakened is None
         obs = await backend.execute(C("run_shell", command=f"echo x > {marker}; id -u; ls /"))
         assert not marker.exists()
         assert obs.content.splitlines()[0] == "1000"
@@ -189,3 +214,102 @@ def test_sweep_command_reports_what_it_removed(capsys: pytest.CaptureFixture[str
     assert main(["sandbox", "sweep"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["scratch"] >= 0 and ("docker" in summary or "containers" in summary)
+
+
+# ---------------------------------------------------------------------- fail closed
+
+
+async def test_without_bubblewrap_the_backend_refuses_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No bwrap on PATH: a clear error naming the package, never tools run unconfined."""
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    (tmp_path / "scratch").mkdir()
+    for mode in ("overlay", "copy"):
+        backend = OverlayBackend(workspace_program(), None, mode=mode, scratch=tmp_path / "scratch")
+        with pytest.raises(SnapshotError, match="bubblewrap .* not installed.*apt-get install bubblewrap"):
+            await backend.start()
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["auto", "", None])
+def test_confinement_has_no_automatic_choice(value: object) -> None:
+    with pytest.raises(ConfigError, match="confinement must be 'bwrap' or 'none'"):
+        OverlayBackend(workspace_program(), None, confinement=value)  # type: ignore[arg-type]
+
+
+def test_limits_the_backend_cannot_enforce_are_refused() -> None:
+    with pytest.raises(ConfigError, match="cannot cap CPUs"):
+        OverlayBackend(workspace_program(), None, limits=Limits(cpus=1.0))
+    with pytest.raises(ConfigError, match="disk_bytes must be positive"):
+        Limits(disk_bytes=0)
+
+
+async def test_unconfined_is_an_opt_in_every_observation_records(tmp_path: Path) -> None:
+    """``confinement="none"`` runs (the host is in reach) and says so in the backend and each result."""
+    async with open_workspace("copy", confinement="none") as env:
+        assert env.confinement == "none" and env.isolation["network"] == "host"
+        box = await env.fork(await env.snapshot())
+        for target in (env, box):
+            obs = await target.execute(C("run_shell", command="echo hi"))
+            assert obs.content.strip() == "hi" and obs.isolation == "unconfined"
+    async with open_workspace("copy") as env:
+        assert env.isolation["confinement"] == "bwrap" and env.weakened is None
+        assert (await env.execute(C("run_shell", command="echo hi"))).isolation is None
+
+
+@jailed
+async def test_bwrap_outside_usr_bin_is_run_by_its_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13 item 12: a bwrap found first on the caller's PATH is the one every call runs (calls get a fixed PATH)."""
+    real = shutil.which("bwrap")
+    assert real is not None
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    used = tmp_path / "used"
+    (folder / "bwrap").write_text(f'#!/bin/sh\necho run >> {used}\nexec {real} "$@"\n')
+    (folder / "bwrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    async with open_workspace("copy") as env:
+        assert env.jail is not None and env.jail.bwrap == str(folder / "bwrap")
+        before = used.read_text().count("run")  # the start-up probe
+        assert (await env.execute(C("run_shell", command="echo jailed"))).content.strip() == "jailed"
+        assert used.read_text().count("run") == before + 1
+
+
+@jailed
+@pytest.mark.parametrize("mode", ["overlay", "copy"])
+async def test_disk_limit_is_enforced(tmp_path: Path, mode: str) -> None:
+    """20 MB: a bigger file, files that add up to more, or /tmp: each write past the limit fails."""
+    if mode == "overlay" and os.geteuid() != 0:
+        pytest.skip("overlay mounts need root here (or run under unshare -Urm)")
+    limit = 20 * 2**20
+    async with OverlayBackend(workspace_program(), None, mode=mode, limits=Limits(disk_bytes=limit)) as backend:
+        assert backend.isolation["disk_bytes"] == limit
+        box = await backend.fork(await backend.snapshot())
+        one = await box.execute(C("run_shell", command="dd if=/dev/zero of=big bs=1M count=30 2>&1; ls -l big"))
+        assert "File size limit exceeded" in one.content or "File too large" in one.content, one.content
+        many = await box.execute(C("run_shell", command="for i in 1 2; do dd if=/dev/zero of=f$i bs=1M count=15 2>&1; done"))
+        assert "No space left on device" in many.content, many.content
+        tmp = await box.execute(C("run_shell", command="for i in 1 2; do dd if=/dev/zero of=/tmp/f$i bs=1M count=15 2>&1; done"))
+        assert "No space left on device" in tmp.content, tmp.content
+        sizes = await box.execute(C("run_shell", command="du -sm . | cut -f1"))
+        assert int(sizes.content.split()[0]) <= 20
+        shown = os.statvfs(backend.workdir)
+        assert shown.f_blocks * shown.f_frsize <= limit  # the host sees a 20 MB file system, not its disk
+
+
+@jailed
+async def test_pids_limit_is_enforced(tmp_path: Path) -> None:
+    code = (
+        "import subprocess\n"
+        "children = []\n"
+        "try:\n"
+        "    for _ in range(200):\n"
+        "        children.append(subprocess.Popen(['sleep', '60']))\n"
+        "except OSError as exc:\n"
+        "    print('refused after', len(children), type(exc).__name__)\n"
+    )
+    async with OverlayBackend(workspace_program(), None, mode="copy", limits=Limits(pids=40)) as backend:
+        obs = await backend.execute(C("run_python", code=code))
+        assert "refused after" in obs.content, obs.content
+        assert int(obs.content.split()[2]) < 40
+    assert host_processes("sleep 60") == []

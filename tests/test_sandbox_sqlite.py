@@ -143,3 +143,30 @@ def test_commit_and_discard_match_a_model(tmp_path_factory: pytest.TempPathFacto
             assert await _rows(backend) == live
 
     anyio.run(example)
+
+
+@pytest.mark.anyio
+async def test_tools_cannot_write_other_files(tmp_path: Path) -> None:
+    """ATTACH and VACUUM INTO would write any path on the host: refused on live and on forks."""
+    path = _database(tmp_path / "db.sqlite", {"a": "1"})
+    async with SqliteBackend(path) as backend:
+        box = await backend.fork(await backend.snapshot())
+        for target in (backend, box):
+            for sql in (f"ATTACH '{tmp_path}/evil.db' AS e; CREATE TABLE e.t (x)", f"VACUUM INTO '{tmp_path}/copy.db'"):
+                obs = await target.execute(X(sql))
+                assert obs.error and "attached" in obs.content, obs.content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db.sqlite"]
+
+
+@pytest.mark.anyio
+async def test_size_limit_is_enforced(tmp_path: Path) -> None:
+    path = _database(tmp_path / "db.sqlite", {"a": "1"})
+    async with SqliteBackend(path, max_bytes=2 * 2**20) as backend:
+        box = await backend.fork(await backend.snapshot())
+        grow = "CREATE TABLE big (b BLOB); " + "INSERT INTO big VALUES (zeroblob(500000)); " * 8
+        for target in (box, backend):
+            obs = await target.execute(X(grow))
+            assert obs.error and "full" in obs.content, obs.content
+            lifted = await target.execute(X("PRAGMA max_page_count = 1000000"))
+            assert lifted.error and "not authorized" in lifted.content, lifted.content
+    assert path.stat().st_size <= 2 * 2**20

@@ -12,9 +12,12 @@ import httpx
 import openai
 import pytest
 from local_models import WEATHER_TOOLS, served, stats, validate
+from pydantic import BaseModel
 
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.serve import ServerThread
+from agentspec.serve.app import DEFAULT_MAX_REQUEST_BYTES
+from agentspec.serve.completions import PROBE_CHARS_PER_TOKEN
 from agentspec.types import Message
 
 MODEL = "smollm2-135m"
@@ -294,3 +297,108 @@ def test_a_probe_forked_from_a_running_answer_reuses_its_cache(server: ServerThr
     cached = probe.usage.prompt_tokens_details.cached_tokens
     assert cached > prompt_tokens + 4 and cached >= probe.usage.prompt_tokens - 3
     _wait_idle(server)
+
+
+# ---------------------------------------------------------------- hardening (issue 13: items 5, 6, 11)
+
+
+def _post(server: ServerThread, content: Any, **kwargs: Any) -> httpx.Response:
+    return httpx.post(server.base_url + "/chat/completions", content=content, timeout=60, **kwargs)
+
+
+def test_a_body_over_the_cap_is_a_413_before_it_is_read(server: ServerThread, client: openai.OpenAI) -> None:
+    # 12 MB used to be read whole and tokenised for 10 s before a 400, and the memory was never given back.
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 12_000_000}]}).encode()
+    before = stats(server, MODEL)
+    started = time.monotonic()
+    declared = _post(server, body)
+    chunked = _post(server, (body[i : i + 1 << 20] for i in range(0, len(body), 1 << 20)))  # no Content-Length
+    assert time.monotonic() - started < 5
+    for answer in (declared, chunked):
+        assert answer.status_code == 413, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "request_too_large" and str(DEFAULT_MAX_REQUEST_BYTES) in error["message"]
+    assert stats(server, MODEL)["prompt_tokens"] == before["prompt_tokens"]
+    assert ask(client, max_tokens=1).choices[0].message.content is not None
+
+
+def test_the_body_cap_is_configurable() -> None:
+    with ServerThread({}, max_request_bytes=200) as small:
+        body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 300}]})
+        assert _post(small, body).status_code == 413
+        assert _post(small, json.dumps({"model": MODEL, "messages": CAPITAL})).status_code == 404  # read, then no model
+
+
+@pytest.mark.parametrize("size", [1_000_000, 200_000], ids=["bounded-by-bytes", "counted-on-a-prefix"])
+def test_an_over_long_prompt_is_refused_before_it_is_tokenised(
+    server: ServerThread, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    lm = server.engines[MODEL].lm
+    tokenised: list[int] = []
+
+    def encode(text: str) -> list[int]:  # the real tokenizer, recording how much text it was given
+        tokenised.append(len(text))
+        return type(lm).encode(lm, text)
+
+    monkeypatch.setattr(lm, "encode", encode)
+    words = "the quick brown fox jumps over the lazy dog " * (size // 44)
+    answer = httpx.post(server.base_url + "/chat/completions", timeout=60,
+                        json={"model": MODEL, "messages": [{"role": "user", "content": words}]})
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["code"] == "context_length_exceeded" and "maximum context length is 8192 tokens" in error["message"]
+    assert all(length <= lm.context_length * PROBE_CHARS_PER_TOKEN for length in tokenised), tokenised
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("seed", 10**26), ("seed", -(2**63) - 1), ("seed", 2**64), ("max_tokens", 10**26), ("max_tokens", 0),
+    ("max_completion_tokens", 10**20), ("temperature", float("nan")), ("temperature", float("inf")),
+    ("temperature", 2.5), ("top_p", float("nan")), ("top_p", 0), ("n", 10**26), ("top_logprobs", 10**26),
+    ("top_logprobs", -1), ("logprobs", [1]),
+])
+def test_out_of_range_numbers_are_a_400_naming_the_field(server: ServerThread, field: str, value: Any) -> None:
+    # 10**26 as a seed used to overflow inside the sampler: a 500.
+    body = json.dumps({"model": MODEL, "messages": CAPITAL, "max_tokens": 1, field: value})  # NaN/Infinity as Python writes them
+    answer = _post(server, body)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == field and error["message"].startswith(f"invalid request: {field}: ")
+
+
+def test_the_extreme_seeds_the_sampler_takes_are_served(client: openai.OpenAI) -> None:
+    for seed in (2**64 - 1, -(2**63)):
+        assert ask(client, temperature=1.0, seed=seed, max_tokens=2).choices[0].message.content is not None
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"[" * 100_000, "nested too deeply"),
+    (json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "a\ud800b"}]}).encode(), "not Unicode"),
+])
+def test_malformed_bodies_are_a_400_not_a_500(server: ServerThread, content: bytes, message: str) -> None:
+    answer = _post(server, content)
+    assert answer.status_code == 400 and message in answer.json()["error"]["message"]
+
+
+class Address(BaseModel):
+    city: str
+    unit: str
+
+
+class Forecast(BaseModel):
+    """A pydantic-generated schema: the nested model is a $defs entry that properties reach by "$ref"."""
+
+    where: Address
+    also: list[Address] = []
+
+
+def test_a_tool_schema_with_defs_and_refs_constrains_the_call(client: openai.OpenAI) -> None:
+    parameters = Forecast.model_json_schema()
+    assert "$defs" in parameters and parameters["properties"]["where"] == {"$ref": "#/$defs/Address"}
+    tool = {"type": "function", "function": {"name": "forecast", "description": "Weather forecast.",
+                                             "parameters": parameters}}
+    answer = ask(client, WEATHER, tools=[tool], tool_choice="required", max_tokens=80)
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "forecast"
+    Forecast.model_validate_json(call.function.arguments)  # the grammar followed the referenced definitions

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from scripted_openai_server import ScriptedOpenAIServer
@@ -11,6 +12,7 @@ from agentspec.cli import main
 from agentspec.mining.library import Macro, MacroLibrary, MacroStep
 
 AIRPLANE = "[service_issue]airplane_mode_on[PERSONA:None]"
+SHIPPED = Path(__file__).resolve().parents[1] / "macros" / "tau2-telecom.json"
 
 
 def run(capsys, *argv):
@@ -24,18 +26,29 @@ def test_sa_and_smc_keep_reward_and_beat_sequential_on_the_virtual_clock(tau2_di
     summary = run(capsys, "--split", "base", "--agent", "oracle", "--mode", "sequential,sa,smc", "--speculator-model",
                   "noisy-oracle:0.8", "--latency-model", "smc-paper", "--data-dir", str(tau2_dir), "--out", str(tmp_path),
                   "--timeline", str(tmp_path / "timeline.png"))
-    for key in ("tasks", "reward_mean", "wall_s", "authority_calls", "commits_sa", "commits_macro", "wasted_tool_calls"):
-        assert key in summary
     modes = summary["modes"]
+    assert list(modes) == ["sequential", "sa", "smc"]
+    for key in ("tasks", "reward_mean", "wall_s", "authority_calls", "commits_sa", "commits_macro", "wasted_tool_calls"):
+        assert all(key in modes[m] for m in modes)
+    # Nothing at top level looks like one mode's figure: per-mode numbers live under "modes" only.
+    assert not {"reward_mean", "wall_s", "mean_task_wall_s", "authority_calls", "commits_sa", "mode"} & set(summary)
+    assert summary["tasks"] == 114 and summary["run_wall_s"] > 0
     assert summary["clock"].startswith("virtual") and summary["latency_model"] == "smc-paper"
-    assert all(modes[m]["reward_mean"] == 1.0 and modes[m]["tasks"] == 114 for m in modes)
+    assert all(modes[m]["tasks"] == 114 for m in modes)
+    assert modes["sequential"]["reward_mean"] == modes["sa"]["reward_mean"] == 1.0  # SA is lossless
+    # smc now commits macros from the shipped library (it used to run as sa): a macro commit is not checked by the
+    # authority, and on base one task (mobile_data ... data_usage_exceeded ...) refuels twice at noisy-oracle:0.8.
+    assert modes["smc"]["commits_macro"] > 0 and modes["smc"]["reward_mean"] >= 113 / 114
     assert modes["sa"]["mean_task_wall_s"] < modes["sequential"]["mean_task_wall_s"]
     assert modes["smc"]["mean_task_wall_s"] <= modes["sa"]["mean_task_wall_s"] + 1e-9
-    assert summary["wall_ratio_vs_sequential"]["sa"] > 1.0
+    speedup = summary["speedup_vs_sequential"]
+    assert speedup["sequential"] == 1.0 and speedup["sa"] > 1.0
+    assert speedup["sa"] == round(modes["sequential"]["mean_task_wall_s"] / modes["sa"]["mean_task_wall_s"], 4)
     assert modes["sa"]["commits_sa"] > 0 and modes["sequential"]["commits_sa"] == 0
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["episodes"]) == {"sequential", "sa", "smc"}
+    assert results["summary"]["modes"] == modes and results["summary"]["speedup_vs_sequential"] == speedup
 
 
 def test_smc_commits_macros_from_a_library(tau2_dir, tmp_path, capsys):
@@ -60,7 +73,7 @@ def test_resume_skips_finished_tasks(tau2_dir, tmp_path, capsys):
     log = (tmp_path / "run-sa.log.jsonl").read_text().splitlines()
     commits = sum(1 for line in log if json.loads(line)["type"] == "commit")
     again = run(capsys, *argv, "--resume")
-    assert again["reward_mean"] == first["reward_mean"] == 1.0
+    assert again["modes"]["sa"]["reward_mean"] == first["modes"]["sa"]["reward_mean"] == 1.0
     log_after = (tmp_path / "run-sa.log.jsonl").read_text().splitlines()
     assert sum(1 for line in log_after if json.loads(line)["type"] == "commit") == commits  # nothing re-applied
 
@@ -119,8 +132,9 @@ def test_spork_over_http_with_a_reasoning_llm_authority(tau2_dir, capsys):
     with ScriptedOpenAIServer(responder) as srv:
         summary = run(capsys, "--task-ids", AIRPLANE, "--solo", "--mode", "spork", "--agent-model", srv.base_url,
                       "--answer-prefix", "Thought:", "--probe-every", "4", "--no-cost-model", "--data-dir", str(tau2_dir))
-    assert summary["reward_mean"] == 1.0
-    assert summary["commits_spork"] == 1 and summary["probe_hits"] >= 1
+    spork = summary["modes"]["spork"]
+    assert spork["reward_mean"] == 1.0
+    assert spork["commits_spork"] == 1 and spork["probe_hits"] >= 1
     first = next(b for b in bodies if b.get("agentspec_request_id"))
     assert first["tool_choice"] == "auto" and first["messages"][-1] == {"role": "assistant", "content": "Thought:"}
 
@@ -134,7 +148,8 @@ def test_verified_macro_commits_update_the_saved_library(tau2_dir, tmp_path, cap
                   "--mode", "smc", "--speculator-model", "noisy-oracle:1.0", "--latency-model", "smc-paper",
                   "--macros", str(tmp_path / "macros.json"), "--verify-macros", "--macros-out", str(tmp_path / "out.json"),
                   "--data-dir", str(tau2_dir))
-    assert summary["macro_firings"] == 2 and summary["macro_checks"] == 2 and summary["macro_disagreements"] == 0
+    smc = summary["modes"]["smc"]
+    assert smc["macro_firings"] == 2 and smc["macro_checks"] == 2 and smc["macro_disagreements"] == 0
     updated = MacroLibrary.load(tmp_path / "out.json").macros[0]
     assert (updated.n, updated.k) == (22, 21)
 
@@ -144,6 +159,35 @@ def test_ratios_against_a_baseline_run(tau2_dir, tmp_path, capsys):
               "--data-dir", str(tau2_dir)]
     base = run(capsys, *common, "--mode", "sequential", "--out", str(tmp_path / "base"))
     summary = run(capsys, *common, "--mode", "sa", "--baseline", str(tmp_path / "base"))
-    assert summary["vs_baseline"]["baseline_mean_task_wall_s"] == base["mean_task_wall_s"]
-    assert summary["vs_baseline"]["wall_ratio"]["sa"] > 1.0
+    assert summary["vs_baseline"]["baseline_mean_task_wall_s"] == base["modes"]["sequential"]["mean_task_wall_s"]
+    assert summary["vs_baseline"]["baseline_mode"] == "sequential" and summary["vs_baseline"]["speedup"]["sa"] > 1.0
+    assert summary["speedup_vs_sequential"] is None  # this run had no sequential mode of its own
     assert main(["run", "--bench", "tau2-telecom", *common, "--mode", "sa", "--baseline", str(tmp_path)]) == 2
+
+
+def test_smc_without_macros_uses_the_shipped_library_and_says_so(tau2_dir, capsys):
+    """Before: smc with no --macros ran as plain sa (no macro commit) and the summary said "macros": null."""
+    common = ["--split", "test", "--agent", "oracle", "--speculator-model", "noisy-oracle:0.8", "--latency-model", "smc-paper",
+              "--limit", "10", "--data-dir", str(tau2_dir)]
+    summary = run(capsys, *common, "--mode", "sa,smc")
+    assert summary["macros"] == str(SHIPPED)
+    assert summary["modes"]["smc"]["commits_macro"] > 0 and summary["modes"]["sa"]["commits_macro"] == 0
+    assert run(capsys, *common, "--mode", "sa")["macros"] is None  # no smc: no library loaded
+
+
+def test_smc_refuses_when_no_library_can_be_found(tau2_dir, capsys, monkeypatch):
+    from agentspec.bench import registry
+
+    monkeypatch.setitem(registry.MACROS, "tau2-telecom", "macros/missing.json")
+    code = main(["run", "--bench", "tau2-telecom", "--agent", "oracle", "--mode", "smc", "--speculator-model",
+                 "noisy-oracle:0.8", "--limit", "1", "--data-dir", str(tau2_dir), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "mode smc needs --macros FILE" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_single_mode_run_has_the_same_shape(tau2_dir, tmp_path, capsys):
+    summary = run(capsys, "--split", "small", "--agent", "oracle", "--mode", "sequential", "--latency-model", "smc-paper",
+                  "--data-dir", str(tau2_dir), "--out", str(tmp_path))
+    assert list(summary["modes"]) == ["sequential"] and summary["modes"]["sequential"]["tasks"] == 20
+    assert summary["speedup_vs_sequential"] == {"sequential": 1.0} and "reward_mean" not in summary
+    assert json.loads((tmp_path / "results.json").read_text())["summary"]["modes"] == summary["modes"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 import pytest
-from sandbox_support import C
+from sandbox_support import C, needs_bwrap  # noqa: F401 - fixture
 
 from agentspec.errors import ConfigError
 from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
@@ -18,6 +18,7 @@ from agentspec.types import Effect, Observation, ToolCall
 from envs.workspace import WorkspaceTools, open_workspace, workspace_program
 
 pytestmark = pytest.mark.anyio
+jailed = pytest.mark.usefixtures("needs_bwrap")
 
 
 def test_tools_declare_schemas_and_effects() -> None:
@@ -39,6 +40,7 @@ def test_calls_plan_ops_or_errors_before_entering_the_sandbox() -> None:
     assert program.effect("no_such_tool") is Effect.MUTATING  # fail closed
 
 
+@jailed
 async def test_each_tool_does_its_job(tmp_path: Path) -> None:
     (tmp_path / "notes.md").write_text("Alpha\nbeta\nGamma beta\n")
     async with open_workspace("overlay", source=tmp_path, limits=Limits(max_output=2000)) as env:
@@ -89,6 +91,7 @@ SCRIPT = [
 ]
 
 
+@jailed
 @pytest.mark.parametrize("kind", ["overlay", "copy"])
 @pytest.mark.parametrize("mode", ["sequential", "sa"])
 async def test_the_executor_runs_over_the_workspace(kind: str, mode: str) -> None:

@@ -13,10 +13,10 @@ import anyio
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from agentspec.bench.registry import bench_class, data_spec
-from agentspec.bench.runner import run_jobs, summarize
+from agentspec.bench.roles import open_clients, plan_roles, role_given
+from agentspec.bench.runner import raise_if_endpoint_dead, run_jobs, summarize
 from agentspec.data import pull, resolve_data_dir
-from agentspec.errors import ConfigError, ModelRequestError, ModelUnavailable
-from agentspec.models import ModelClient, ModelConfig
+from agentspec.errors import ConfigError
 from agentspec.types import ToolCall
 
 
@@ -41,11 +41,29 @@ class BatchRecord(BaseModel):
 _ACTIONS = TypeAdapter(list[ActionSpec])
 
 
-def _read_actions(path: str) -> list[ActionSpec]:
+def read_user_file(path: str | Path, what: str) -> str:
+    """The UTF-8 text of a file the user named; :class:`ConfigError` (one line) when it cannot be read or decoded."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read actions file {path}: {exc.strerror}") from exc
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
+
+
+def out_dir(path: str | None) -> Path | None:
+    """``--out``: a folder to create or reuse; :class:`ConfigError` when a file is in the way."""
+    if path is None:
+        return None
+    out = Path(path)
+    for parent in (out, *out.parents):
+        if parent.exists() and not parent.is_dir():
+            raise ConfigError(f"--out {path}: {parent} is a file, not a folder")
+    return out
+
+
+def _read_actions(path: str) -> list[ActionSpec]:
+    text = read_user_file(path, "actions file")
     try:
         return _ACTIONS.validate_json(text)
     except ValidationError as exc:
@@ -55,10 +73,7 @@ def _read_actions(path: str) -> list[ActionSpec]:
 
 
 def _read_batch(path: str) -> list[BatchRecord]:
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read batch file {path}: {exc.strerror}") from exc
+    lines = read_user_file(path, "batch file").splitlines()
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -111,63 +126,20 @@ def evaluate_command(args: argparse.Namespace) -> dict[str, Any] | None:
 # --- run ----------------------------------------------------------------------------
 
 
-def _role_config(args: argparse.Namespace, role: str, env_role: str) -> ModelConfig | None:
-    spec = getattr(args, f"{role}_model")
-    base_url = getattr(args, f"{role}_base_url")
-    if spec is None and base_url is None:
-        import os
-
-        if not os.environ.get(f"AGENTSPEC_{env_role.upper()}_MODEL") and not os.environ.get(
-            f"AGENTSPEC_{env_role.upper()}_BASE_URL"
-        ):
-            return None
-    overrides = {"temperature": args.temperature} if args.temperature is not None else {}
-    return ModelConfig.for_role(env_role, spec, base_url=base_url, **overrides)
-
-
-async def _preflight(client: ModelClient) -> None:
-    """Fail the run at once, with a clear message, when an endpoint is dead or the model unknown."""
-    try:
-        if client.config.model:
-            await client.list_models()
-        else:
-            await client.resolve_model()
-    except ModelRequestError:
-        pass  # some endpoints do not serve /models; the first real request will tell
-    except ModelUnavailable as exc:
-        raise ModelUnavailable(f"model endpoint {client.config.base_url} is not answering: {exc}") from exc
-
-
-async def _embedded_configs(
-    stack: AsyncExitStack, args: argparse.Namespace, user_config: ModelConfig | None
-) -> tuple[ModelConfig, ModelConfig | None]:
-    """No agent endpoint given: serve the default local models from a child ``agentspec serve`` for this run."""
-    from agentspec.models.embedded import DEFAULT_MODELS, embedded_server
-
-    roles = ["agent"] + ([] if args.solo or user_config is not None else ["user"])
-    served = await stack.enter_async_context(embedded_server([DEFAULT_MODELS[role] for role in roles]))
-    overrides = {"temperature": args.temperature} if args.temperature is not None else {}
-
-    def config(role: str) -> ModelConfig:
-        # CPU generation is slow: a long timeout, and no retry that would redo a long generation.
-        model = served.model_ids[DEFAULT_MODELS[role]]
-        return ModelConfig(base_url=served.base_url, model=model, timeout_s=3600, max_retries=0, **overrides)
-
-    return config("agent"), config("user") if "user" in roles else user_config
-
-
 async def _run_llm(bench: Any, args: argparse.Namespace, jobs: list[tuple[Any, int]]) -> list[Any]:
-    agent_config = _role_config(args, "agent", "agent")
-    user_config = None if args.solo else _role_config(args, "user", "user")
-    if agent_config is not None and not args.solo and user_config is None:
+    from agentspec.models.embedded import DEFAULT_MODELS
+
+    # Nothing named for the agent: serve the default local models for this run (the user too, unless solo).
+    agent_embedded = not role_given(args, "agent")
+    roles = {"agent": DEFAULT_MODELS["agent"]}
+    if not args.solo:
+        roles["user"] = DEFAULT_MODELS["user"] if agent_embedded else None
+    plan = plan_roles(args, roles)
+    if not args.solo and "user" not in plan.endpoints and "user" not in plan.embedded:
         raise ConfigError("normal mode needs --user-model (or AGENTSPEC_USER_MODEL); or pass --solo")
     async with AsyncExitStack() as stack:
-        if agent_config is None:
-            agent_config, user_config = await _embedded_configs(stack, args, user_config)
-        agent_client = await stack.enter_async_context(ModelClient(agent_config))
-        user_client = await stack.enter_async_context(ModelClient(user_config)) if user_config else None
-        for client in filter(None, (agent_client, user_client)):
-            await _preflight(client)
+        clients = await open_clients(stack, args, plan)
+        agent_client, user_client = clients["agent"], clients.get("user")
 
         async def one(job: tuple[Any, int]) -> Any:
             task, trial = job
@@ -192,8 +164,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any]:
         from agentspec.bench.speculative import speculative_run_command
 
         return speculative_run_command(args)
-    if args.trials < 1 or args.concurrency < 1 or (args.limit is not None and args.limit < 0):
-        raise ConfigError("--trials and --concurrency must be >= 1 and --limit >= 0")
+    out = out_dir(args.out)
     bench = bench_class(args.bench).from_data_dir(args.data_dir, max_steps=args.max_steps, max_errors=args.max_errors)
     task_ids = [t.strip() for t in args.task_ids.split(",") if t.strip()] if args.task_ids else None
     tasks = bench.tasks(args.split, task_ids, args.limit)
@@ -209,13 +180,27 @@ def run_command(args: argparse.Namespace) -> dict[str, Any]:
     episodes = anyio.run(runner, bench, args, jobs)
     summary = {"bench": args.bench, "split": args.split if not task_ids else "task-ids", "agent": agent_kind}
     summary |= summarize(episodes, time.perf_counter() - started)
-    if args.out:
-        out = Path(args.out)
+    if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         results = {"summary": summary, "episodes": [e.record() for e in episodes]}
         (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
         summary["results"] = str(out / "results.json")
+    raise_if_endpoint_dead(episodes)
     return summary
+
+
+# --- tasks --------------------------------------------------------------------------
+
+
+def tasks_command(args: argparse.Namespace) -> list[str] | None:
+    """``agentspec tasks``: the split's task ids, one per line, or (``--json``) one JSON list as the last line."""
+    bench = bench_class(args.bench).from_data_dir(args.data_dir)
+    ids = [task.id for task in bench.tasks(args.split)]
+    if args.json:
+        return ids
+    for task_id in ids:
+        print(task_id)
+    return None
 
 
 # --- data ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@ knows where each benchmark lives.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 from agentspec.data import DataSpec
@@ -14,6 +15,10 @@ from agentspec.errors import ConfigError
 
 BENCHES: dict[str, str] = {"tau2-telecom": "envs.tau2_telecom.bench:TelecomBench"}
 DATA: dict[str, str] = {"tau2-telecom": "envs.tau2_telecom.dataset:TAU2_DATA"}
+MACROS: dict[str, str] = {"tau2-telecom": "macros/tau2-telecom.json"}
+"""Each bench's shipped macro library, relative to the repository root (``--mode smc`` loads it by default)."""
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(table: dict[str, str], name: str, what: str) -> Any:
@@ -31,3 +36,17 @@ def bench_class(name: str) -> Any:
 def data_spec(name: str) -> DataSpec:
     """The data files the bench ``name`` needs."""
     return _load(DATA, name, "data set")
+
+
+def shipped_macros(name: str) -> Path:
+    """The macro library shipped for bench ``name``; :class:`ConfigError` when there is none to be found.
+
+    A source checkout (or an editable install) has it under ``macros/``; an
+    installed wheel does not carry ``macros/``, so there ``--macros`` is needed.
+    """
+    if name not in MACROS:
+        raise ConfigError(f"mode smc needs --macros FILE: bench {name!r} ships no macro library")
+    path = REPO_ROOT / MACROS[name]
+    if not path.is_file():
+        raise ConfigError(f"mode smc needs --macros FILE: the shipped library {MACROS[name]} is not at {path}")
+    return path

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentspec.bench.tau2.evaluator import pass_hat_k
+from agentspec.errors import ModelError, ModelRequestError, ModelTimeout, ModelUnavailable
 
 Job = TypeVar("Job")
 
@@ -55,6 +56,38 @@ async def run_jobs(
     return [r for r in results if r is not None]
 
 
+def termination(record: dict[str, Any]) -> str:
+    """How an episode ended; ``error`` when it failed before ending (its ``error`` field says why)."""
+    return str(record["termination"]) if record.get("termination") else "error"
+
+
+def _endpoint_error_names() -> set[str]:
+    # Unreachable, timed out, or refused (4xx/5xx): the endpoint failed.  ModelOutputError is left out: there the
+    # endpoint answered and the model's output was unusable, which is the model's score, not a dead endpoint.
+    pending: list[type[ModelError]] = [ModelUnavailable, ModelTimeout, ModelRequestError]
+    names = set()
+    while pending:
+        cls = pending.pop()
+        names.add(cls.__name__)
+        pending.extend(cls.__subclasses__())
+    return names
+
+
+def endpoint_failure(error: str | None) -> bool:
+    """Whether an episode's ``error`` ("ModelUnavailable: ...") is a failure of a model endpoint."""
+    return bool(error) and error.partition(":")[0] in _endpoint_error_names()  # type: ignore[union-attr]
+
+
+def raise_if_endpoint_dead(episodes: Sequence[EpisodeLike]) -> None:
+    """A run in which every episode failed on a model endpoint is a dead endpoint: exit 2 with its answer.
+
+    Results are written before this is called, so the failed episodes stay inspectable.
+    """
+    if episodes and all(endpoint_failure(e.error) for e in episodes):
+        first = str(episodes[0].error).splitlines()[0]
+        raise ModelUnavailable(f"all {len(episodes)} episode(s) failed on the model endpoint; first: {first}")
+
+
 def summarize(episodes: Sequence[EpisodeLike], wall_s: float) -> dict[str, Any]:
     """The run's headline numbers: reward mean, pass^k, how episodes ended."""
     per_task: dict[str, list[float]] = defaultdict(list)
@@ -67,7 +100,7 @@ def summarize(episodes: Sequence[EpisodeLike], wall_s: float) -> dict[str, Any]:
         "episodes": len(episodes),
         "reward_mean": sum(e.reward for e in episodes) / len(episodes) if episodes else 0.0,
         "pass_hat_k": {str(k): v for k, v in pass_hat_k(successes).items()},
-        "terminations": dict(Counter(str(r["termination"]) for r in records)),
+        "terminations": dict(Counter(termination(r) for r in records)),
         "failed_episodes": sum(1 for e in episodes if e.error),
         "first_error": next((e.error for e in episodes if e.error), None),
         "wall_s": round(wall_s, 3),

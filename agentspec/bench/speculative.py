@@ -2,8 +2,14 @@
 
 With ``--mode sequential,sa,smc`` every mode runs over the same tasks in the
 same process, so their ratios are measured side by side.  The last stdout
-line has the last mode's figures at top level, each mode under ``modes``, and
-``wall_ratio_vs_sequential`` (mean task wall time of sequential / of the mode).
+line (and ``results.json``'s ``summary``) holds the run's settings, each
+mode's figures under ``modes`` (a dict by mode, also for a single mode),
+``speedup_vs_sequential`` (mean task wall time of sequential over the mode's,
+when sequential ran) and ``run_wall_s`` (the whole run); no mode's figure
+sits at top level::
+
+    {"bench": "tau2-telecom", "modes": {"sequential": {...}, "sa": {...}},
+     "speedup_vs_sequential": {"sequential": 1.0, "sa": 1.41}, "run_wall_s": 3.2, ...}
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from typing import Any
 
 import anyio
 
-from agentspec.bench.commands import _preflight, _role_config
-from agentspec.bench.registry import bench_class
-from agentspec.bench.runner import run_jobs, summarize
+from agentspec.bench.commands import out_dir, read_user_file
+from agentspec.bench.registry import bench_class, shipped_macros
+from agentspec.bench.roles import open_clients, plan_roles, role_given
+from agentspec.bench.runner import raise_if_endpoint_dead, run_jobs, summarize
 from agentspec.errors import ConfigError
 from agentspec.mining.library import MacroLibrary
 from agentspec.models import ModelClient
@@ -81,16 +88,24 @@ class _Setup:
         self.noisy_p = _noisy_p(args.speculator_model)
         if self.noisy_p is not None and not self.oracle:
             raise ConfigError("noisy-oracle speculators need the gold calls: use them with --agent oracle")
-        needs_speculator = any(parse_mode(m)[0] != "sequential" for m in self.modes)
-        if needs_speculator and self.noisy_p is None and _role_config(args, "speculator", "speculator") is None:
+        self.needs_speculator = any(parse_mode(m)[0] != "sequential" for m in self.modes)
+        if self.needs_speculator and self.noisy_p is None and not role_given(args, "speculator"):
             raise ConfigError("modes sa and smc need --speculator-model (a model, or noisy-oracle:P with --agent oracle)")
         self.latency = LatencyModel.load(args.latency_model) if args.latency_model else None
-        self.macros = MacroLibrary.load(args.macros) if args.macros else None
-        simulated_only = self.oracle and (self.noisy_p is not None or not needs_speculator)
+        # smc without a library would quietly be sa: take the bench's shipped library, and say so in the summary.
+        uses_macros = any(parse_mode(m)[0] == "smc" for m in self.modes)
+        self.macros_path = args.macros or (str(shipped_macros(args.bench)) if uses_macros else None)
+        self.macros = MacroLibrary.load(self.macros_path) if self.macros_path else None
+        simulated_only = self.oracle and (self.noisy_p is not None or not self.needs_speculator)
         self.virtual_clock = self.latency is not None and simulated_only
         if args.resume and not args.out:
             raise ConfigError("--resume needs --out DIR (the run log lives there)")
-        self.out = Path(args.out) if args.out else None
+        self.out = out_dir(args.out)
+        for written in (args.timeline, args.macros_out):  # files written after the run: refuse a bad path before it
+            if written and Path(written).is_dir():
+                raise ConfigError(f"{written} is a folder: give a file name")
+            if written:
+                out_dir(str(Path(written).parent))
 
 
 async def _run_mode(setup: _Setup, bench: Any, mode: str, jobs: list[tuple[Any, int]], clients: dict[str, ModelClient | None]) -> list[Any]:
@@ -165,43 +180,65 @@ def _metrics_of(episodes: list[Any]) -> list[ExecutionMetrics]:
     return out
 
 
-def _mode_summary(mode: str, episodes: list[Any], wall_s: float) -> dict[str, Any]:
-    metrics = _metrics_of(episodes)
-    return {"mode": mode} | summarize(episodes, wall_s) | aggregate(metrics)
+def _mode_summary(episodes: list[Any], wall_s: float) -> dict[str, Any]:
+    """One mode's figures (``wall_s`` is that mode's share of the run)."""
+    return summarize(episodes, wall_s) | aggregate(_metrics_of(episodes))
 
 
 async def _main(setup: _Setup, bench: Any, jobs: list[tuple[Any, int]]) -> dict[str, dict[str, Any]]:
+    from agentspec.models.embedded import DEFAULT_MODELS
+
     args = setup.args
+    roles: dict[str, str | None] = {}
+    if not setup.oracle:
+        roles["agent"] = DEFAULT_MODELS["agent"]  # --agent llm with no model named: the default local model
+    if setup.needs_speculator and setup.noisy_p is None:
+        roles["speculator"] = None
+    plan = plan_roles(args, roles)
     async with AsyncExitStack() as stack:
         clients: dict[str, ModelClient | None] = {"agent": None, "speculator": None}
-        for role in ("agent", "speculator"):
-            if role == "agent" and setup.oracle or role == "speculator" and setup.noisy_p is not None:
-                continue
-            config = _role_config(args, role, role)
-            if config is not None:
-                clients[role] = await stack.enter_async_context(ModelClient(config))
-                await _preflight(clients[role])  # type: ignore[arg-type]
+        clients |= await open_clients(stack, args, plan)
         results: dict[str, dict[str, Any]] = {}
         for mode in setup.modes:
             started = time.perf_counter()
             episodes = await _run_mode(setup, bench, mode, jobs, clients)
-            results[mode] = {"summary": _mode_summary(mode, episodes, time.perf_counter() - started), "episodes": episodes}
+            results[mode] = {"summary": _mode_summary(episodes, time.perf_counter() - started), "episodes": episodes}
         return results
+
+
+def _baseline_wall(path: Path) -> tuple[Path, str | None, dict[str, Any]]:
+    """The baseline run's file, the mode it is compared as, and that mode's figures.
+
+    A ``--mode`` run's results.json has ``summary.modes``: its only mode, or
+    its ``sequential`` mode when it ran several.
+    """
+    file = path / "results.json" if path.is_dir() else path
+    try:
+        summary = json.loads(read_user_file(file, "--baseline"))["summary"]
+        modes = summary["modes"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ConfigError(f"--baseline {path}: not a results.json of an agentspec run --mode ({type(exc).__name__}: {exc})") from exc
+    mode = next(iter(modes)) if len(modes) == 1 else "sequential" if "sequential" in modes else None
+    if mode is None or not modes[mode].get("mean_task_wall_s"):
+        raise ConfigError(f"--baseline {path}: no single mode (or sequential) with a mean_task_wall_s to compare with")
+    return file, mode, modes[mode]
 
 
 def _against_baseline(path: Path, summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Mean task wall time of the baseline run over each mode's (> 1: this run is faster)."""
-    file = path / "results.json" if path.is_dir() else path
-    try:
-        base = json.loads(file.read_text(encoding="utf-8"))["summary"]
-    except (OSError, json.JSONDecodeError, KeyError) as exc:
-        raise ConfigError(f"--baseline {path}: not a results.json of an agentspec run ({exc})") from exc
-    base_wall = base.get("mean_task_wall_s")
-    if not base_wall:
-        raise ConfigError(f"--baseline {path}: its summary has no mean_task_wall_s (run it with --mode)")
+    file, base_mode, base = _baseline_wall(path)
+    base_wall = base["mean_task_wall_s"]
     ratios = {mode: round(base_wall / s["mean_task_wall_s"], 4) for mode, s in summaries.items() if s.get("mean_task_wall_s")}
-    return {"baseline": str(file), "baseline_mode": base.get("mode"), "baseline_mean_task_wall_s": base_wall,
-            "wall_ratio": ratios, "reward_delta": {m: s["reward_mean"] - base.get("reward_mean", 0.0) for m, s in summaries.items()}}
+    return {"baseline": str(file), "baseline_mode": base_mode, "baseline_mean_task_wall_s": base_wall,
+            "speedup": ratios, "reward_delta": {m: s["reward_mean"] - base.get("reward_mean", 0.0) for m, s in summaries.items()}}
+
+
+def _speedups(summaries: dict[str, dict[str, Any]]) -> dict[str, float | None] | None:
+    """Mean task wall time of sequential over each mode's; None when sequential did not run (or ran no task)."""
+    base = summaries.get("sequential", {}).get("mean_task_wall_s")
+    if not base:
+        return None
+    return {mode: round(base / s["mean_task_wall_s"], 4) if s.get("mean_task_wall_s") else None for mode, s in summaries.items()}
 
 
 def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
@@ -218,27 +255,23 @@ def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
     else:
         results = anyio.run(_main, setup, bench, jobs)
     summaries = {mode: r["summary"] for mode, r in results.items()}
-    last = summaries[setup.modes[-1]]
     summary: dict[str, Any] = {"bench": args.bench, "split": args.split if not task_ids else "task-ids",
-                               "agent": "oracle" if setup.oracle else "llm", "speculator": args.speculator_model}
-    summary |= last
-    summary["wall_s"] = round(time.perf_counter() - started, 3)
+                               "agent": "oracle" if setup.oracle else "llm", "speculator": args.speculator_model,
+                               "tasks": len(tasks), "trials": args.trials}
     summary["clock"] = "virtual (trio MockClock, autojump)" if setup.virtual_clock else "wall"
     summary["latency_model"] = setup.latency.name if setup.latency else None
-    summary["macros"] = args.macros
+    summary["macros"] = setup.macros_path
     summary["modes"] = summaries
-    if "sequential" in summaries:
-        base = summaries["sequential"]["mean_task_wall_s"]
-        summary["wall_ratio_vs_sequential"] = {
-            mode: round(base / s["mean_task_wall_s"], 4) if s["mean_task_wall_s"] else None for mode, s in summaries.items()
-        }
+    summary["speedup_vs_sequential"] = _speedups(summaries)
+    summary["run_wall_s"] = round(time.perf_counter() - started, 3)
+    if args.baseline:
+        summary["vs_baseline"] = _against_baseline(Path(args.baseline), summaries)
     if setup.out:
         setup.out.mkdir(parents=True, exist_ok=True)
         dump = {"summary": summary, "episodes": {m: [e.record() for e in r["episodes"]] for m, r in results.items()}}
         (setup.out / "results.json").write_text(json.dumps(dump, indent=1), encoding="utf-8")
         summary["results"] = str(setup.out / "results.json")
-    if args.baseline:
-        summary["vs_baseline"] = _against_baseline(Path(args.baseline), summaries)
+    raise_if_endpoint_dead([e for r in results.values() for e in r["episodes"]])
     if args.macros_out and setup.macros is not None:
         setup.macros.provenance["online_updates"] = {"runs": setup.modes, "split": args.split}
         setup.macros.save(args.macros_out)

@@ -123,8 +123,10 @@ class Sidecar:
         if len(by_name) > 1:
             branches.append(self._branch(tree, None, None, "\nFunction: ", {"enum": sorted(by_name)}))
         for name, schema in by_name.items():
+            # A slot compiles as a schema of its own: its local refs ("#/$defs/C") need the definitions at its root.
+            shared = {k: schema[k] for k in ("$defs", "definitions") if isinstance(schema.get(k), dict)}
             for slot, slot_schema in (schema.get("properties") or {}).items():
-                branches.append(self._branch(tree, name, slot, f"\n{name}({slot}=", slot_schema))
+                branches.append(self._branch(tree, name, slot, f"\n{name}({slot}=", {**shared, **slot_schema}))
         chosen = next(iter(by_name)) if len(by_name) == 1 else None
         start = 0
         while not job.cancelled and job.steps < self.max_steps:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentspec.bench.flags import add_role_flags, number
+
 DEFAULT_TEMPERATURE = 0.7
 """Sampling temperature for a model speculator when none is given: several samples must be able to differ."""
+
+
+POSITIVE = number(int, ge=1)
 
 
 def add_mine_command(sub: Any) -> None:
@@ -13,23 +18,26 @@ def add_mine_command(sub: Any) -> None:
     mine = sub.add_parser("mine", help="mine a macro library from successful trajectories")
     mine.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
     mine.add_argument("--split", default="train", help="the training split: its gold calls, and the tasks --runs may cover")
-    mine.add_argument("--speculator-model", help="noisy-oracle:P, or a model: name, endpoint URL, or URL#MODEL")
-    mine.add_argument("--speculator-base-url", help="OpenAI-compatible base URL for a model given by name")
+    add_role_flags(mine, "speculator", "the speculator's model", also="noisy-oracle:P (the trajectories' own calls, "
+                   "each replaced with probability 1-P)")
     mine.add_argument("--runs", nargs="+", default=[], metavar="DIR", help="run folders (or results.json files) to mine too")
     mine.add_argument("--no-gold", action="store_true", help="mine only --runs, not the split's gold calls")
-    mine.add_argument("--min-reward", type=float, default=1.0, help="a run episode counts as successful from this reward")
+    mine.add_argument("--min-reward", type=number(float, ge=0, le=1), default=1.0, help="a run episode counts as successful from this reward")
     mine.add_argument("--data-dir", help="benchmark data folder (default: $AGENTSPEC_TAU2_DATA or the user cache)")
-    mine.add_argument("--out", required=True, help="where to write the library, e.g. macros/tau2-telecom.json")
-    mine.add_argument("--samples", type=int, default=4, help="speculator continuations per training state")
-    mine.add_argument("--temperature", type=float, default=None, help=f"model speculator temperature (default {DEFAULT_TEMPERATURE})")
-    mine.add_argument("--seed", type=int, default=0, help="seeds the noisy oracle and --max-states sampling")
-    mine.add_argument("--max-states", type=int, default=None, help="label at most N training states (drawn with --seed)")
-    mine.add_argument("--concurrency", type=int, default=1, help="speculator requests in flight")
-    mine.add_argument("--delta", type=float, default=0.05, help="quantile of the Beta posterior used as lower bound")
-    mine.add_argument("--n-min", type=int, default=3, help="minimum labels a macro needs")
-    mine.add_argument("--tau", type=float, default=0.5, help="minimum lower bound of reliability")
-    mine.add_argument("--top", type=int, default=200, help="keep at most this many macros (best score first)")
-    mine.add_argument("--min-length", type=int, default=2)
-    mine.add_argument("--max-length", type=int, default=4)
+    mine.add_argument("--out", required=True, help="where to write the library, e.g. runs/macros.json; the same "
+                      "inputs always give the same bytes")
+    mine.add_argument("--samples", type=POSITIVE, default=4, help="speculator continuations per training state")
+    mine.add_argument("--temperature", type=number(float, ge=0), default=None,
+                      help=f"model speculator temperature (default {DEFAULT_TEMPERATURE})")
+    mine.add_argument("--seed", type=number(int, ge=0), default=0, help="seeds the noisy oracle and --max-states sampling")
+    mine.add_argument("--max-states", type=POSITIVE, default=None, help="label at most N training states (drawn with --seed)")
+    mine.add_argument("--concurrency", type=POSITIVE, default=1, help="speculator requests in flight")
+    mine.add_argument("--delta", type=number(float, gt=0, lt=1), default=0.05,
+                      help="quantile of the Beta posterior used as lower bound")
+    mine.add_argument("--n-min", type=POSITIVE, default=3, help="minimum labels a macro needs")
+    mine.add_argument("--tau", type=number(float, ge=0, le=1), default=0.5, help="minimum lower bound of reliability")
+    mine.add_argument("--top", type=POSITIVE, default=200, help="keep at most this many macros (best score first)")
+    mine.add_argument("--min-length", type=number(int, ge=2, le=8), default=2, help="shortest macro, in calls")
+    mine.add_argument("--max-length", type=number(int, ge=2, le=8), default=4, help="longest macro, in calls")
     mine.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     mine.set_defaults(handler="agentspec.mining.command:mine_command")

@@ -11,11 +11,17 @@ for the gold) or any model endpoint (``URL``, ``URL#MODEL``, or a name with
 ``--speculator-base-url``), which sees the solo agent prompt and tools.  The
 last stdout line is one JSON object; ``funnel`` holds the counts (labels,
 candidates, support >= n_min, lcb >= tau, kept).
+
+The library records its inputs (split, sources, speculator, seed, parameters
+and ``data_sha256``, a hash of the trajectories mined), never the time: the
+same inputs give a byte-identical file, so re-mining a tracked library shows
+no diff unless something that matters changed.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -23,8 +29,9 @@ from typing import Any
 
 import anyio
 
-from agentspec.bench.commands import _preflight, _role_config
+from agentspec.bench.commands import out_dir
 from agentspec.bench.registry import bench_class
+from agentspec.bench.roles import open_clients, plan_roles
 from agentspec.bench.speculative import _noisy_p
 from agentspec.errors import ConfigError
 from agentspec.mining.arguments import DEFAULT_TEMPERATURE
@@ -34,19 +41,18 @@ from agentspec.mining.labelling import ReplaySandboxes, SpeculatorFactory, label
 from agentspec.mining.library import MacroLibrary
 from agentspec.mining.normalize import Normalizer, patterns_from_table
 from agentspec.mining.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_results
-from agentspec.models import ModelClient
 from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, Policy
+from agentspec.types import canonical_json
 
 
 def _check(args: argparse.Namespace) -> FilterConfig:
-    if args.samples < 1 or args.concurrency < 1:
-        raise ConfigError("--samples and --concurrency must be >= 1")
-    if not 2 <= args.min_length <= args.max_length <= 8:
-        raise ConfigError("need 2 <= --min-length <= --max-length <= 8 (a macro has at least two steps)")
-    if args.max_states is not None and args.max_states < 1:
-        raise ConfigError("--max-states must be >= 1")
-    if args.temperature is not None and args.temperature < 0:
-        raise ConfigError("--temperature must be >= 0")
+    # Each number's own range is checked by the parser (agentspec.bench.flags); here only how flags combine.
+    if args.min_length > args.max_length:
+        raise ConfigError("need --min-length <= --max-length")
+    out = Path(args.out)
+    if out.is_dir():
+        raise ConfigError(f"--out {args.out} is a folder: give the library's file name, e.g. {out / 'macros.json'}")
+    out_dir(str(out.parent))  # a file where a parent folder should be is an error now, not a traceback later
     if not args.speculator_model and not args.speculator_base_url:
         raise ConfigError("mine needs --speculator-model (noisy-oracle:P, or a model endpoint)")
     if args.no_gold and not args.runs:
@@ -66,7 +72,10 @@ def _trajectories(args: argparse.Namespace, bench: Any) -> tuple[list[MinedTraje
     outside = 0
     sources = [] if args.no_gold else [f"gold:{args.bench}/{args.split}"]
     for folder in args.runs:
-        found = read_results(folder, min_reward=args.min_reward)
+        try:
+            found = read_results(folder, min_reward=args.min_reward)
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"--runs {folder}: a results file is not UTF-8 text ({exc.reason})") from exc
         inside = [t for t in found if t.task_id in split_ids]
         outside += len(found) - len(inside)
         runs.extend(inside)
@@ -91,10 +100,8 @@ async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedT
                 return NoisyOracleSpeculator(trajectory.calls, noisy_p, distractors, task_id=trajectory.task_id,
                                              seed=args.seed * 1_000_003 + sample)
         else:
-            config = _role_config(args, "speculator", "speculator")
-            assert config is not None  # _check made sure a model was given
-            client = await stack.enter_async_context(ModelClient(config))
-            await _preflight(client)
+            # _check made sure a model was named; a local model name is served for the run.
+            client = (await open_clients(stack, args, plan_roles(args, {"speculator": None})))["speculator"]
             tools = bench.solo_tools()
             temperature = DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
             prompts: dict[str, str] = {}
@@ -107,6 +114,15 @@ async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedT
         factory: SpeculatorFactory = speculator
         return await sample_continuations(trajectories, states, factory, samples=args.samples, depth=depth,
                                           sandboxes=sandboxes, concurrency=args.concurrency)
+
+
+def data_digest(trajectories: list[MinedTrajectory]) -> str:
+    """sha256 of what was mined: each trajectory's task id, calls and observations, in a fixed order."""
+    digest = hashlib.sha256()
+    for trajectory in sorted(trajectories, key=lambda t: t.signature()):
+        steps = [[call.canonical(), observation.content if observation else None] for call, observation in trajectory.steps]
+        digest.update(canonical_json([trajectory.task_id, steps]).encode() + b"\n")
+    return digest.hexdigest()
 
 
 def mine_command(args: argparse.Namespace) -> dict[str, Any]:
@@ -137,6 +153,8 @@ def mine_command(args: argparse.Namespace) -> dict[str, Any]:
             "source": sources,
             "split": args.split,
             "speculator": args.speculator_model or args.speculator_base_url,
+            "seed": args.seed,
+            "data_sha256": data_digest(trajectories),
             "trajectories": counts,
             "states": len(states),
             "graph": stats,

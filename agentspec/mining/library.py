@@ -5,7 +5,8 @@ File format (JSON, versioned by ``format``)::
     {
       "format": "agentspec.macros/v1",
       "bench": "tau2-telecom",
-      "provenance": {"source": [...], "speculator": "...", "created": "2026-11-29", ...},
+      "provenance": {"source": [...], "split": "train", "speculator": "...", "seed": 0,
+                     "data_sha256": "...", ...},
       "parameters": {"delta": 0.05, "n_min": 3, "tau": 0.5, ...},
       "macros": [
         {"id": "m0001",
@@ -22,12 +23,14 @@ but every occurrence of one slot within a macro must bind the same value (the
 macro's data flow).  ``slots`` maps slot names to their type (``customer_id``,
 ``phone_number``, ``amount``...).  Any other value is a constant that must
 match exactly (canonically: ``2`` and ``2.0`` differ).
+
+A library records what it was made from, never when: saving the same library
+gives the same bytes.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +137,8 @@ class MacroLibrary(BaseModel):
             library = cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
         except OSError as exc:
             raise ConfigError(f"cannot read macro library {path}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"macro library {path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
         except ValidationError as exc:
             raise ConfigError(f"{path} is not a valid macro library: {exc.errors()[0]['msg']}") from exc
         if library.format != FORMAT:
@@ -141,6 +146,6 @@ class MacroLibrary(BaseModel):
         return library
 
     def save(self, path: str | Path) -> None:
-        self.provenance.setdefault("created", date.today().isoformat())
+        """Write the library as indented JSON; no timestamp, so equal libraries are equal files."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(self.model_dump(mode="json"), indent=1) + "\n", encoding="utf-8")

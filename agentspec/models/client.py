@@ -4,7 +4,10 @@ This is the seam between agentspec and model servers (vLLM, llama.cpp,
 SGLang, OpenAI, ...).  It speaks through the ``openai`` SDK with the SDK's
 own retries off, retries by itself (exponential backoff with jitter on
 connection errors, timeouts, 429 and 5xx), and translates every SDK or HTTP
-exception into the :mod:`agentspec.errors` tree::
+exception into the :mod:`agentspec.errors` tree.  It names only the SDK's own
+exception types and ``httpx``'s: the HTTP library under the SDK changed
+between versions (``httpx``, then ``httpx2``), and the SDK maps the newer
+one's transport errors to its own types itself::
 
     async with ModelClient(ModelConfig(base_url="http://gpu:8000/v1", model="qwen3-8b")) as client:
         result = await client.chat([Message(role="user", content="Hi")], tools=specs)
@@ -25,7 +28,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import anyio
-import httpx2
+import httpx
 import openai
 
 from agentspec.errors import (
@@ -267,7 +270,8 @@ class ChatStream:
         """
         self._done = True
         if self._sdk_stream is not None:
-            with anyio.CancelScope(shield=True), suppress(httpx2.HTTPError, openai.OpenAIError, OSError):
+            # Whatever HTTP library the SDK version runs on, a failed close has nothing left to report.
+            with anyio.CancelScope(shield=True), suppress(Exception):
                 await self._sdk_stream.close()
 
     async def _ensure_open(self) -> None:
@@ -310,20 +314,24 @@ class ChatStream:
 
 @contextmanager
 def _translated() -> Iterator[None]:
-    """Re-raise SDK, HTTP and deadline errors as :mod:`agentspec.errors`."""
+    """Re-raise SDK, HTTP and deadline errors as :mod:`agentspec.errors`.
+
+    openai releases on ``httpx`` (1.x) let its transport errors escape while a
+    stream is read; later ones raise ``APITimeoutError``/``APIConnectionError``.
+    """
     try:
         yield
     except ModelError:
         raise
-    except (TimeoutError, openai.APITimeoutError, httpx2.TimeoutException) as exc:
+    except (TimeoutError, openai.APITimeoutError, httpx.TimeoutException) as exc:
         raise ModelTimeout(f"the model endpoint did not answer in time ({type(exc).__name__})") from exc
     except openai.APIStatusError as exc:
         raise _status_error(exc) from exc
-    except (openai.APIConnectionError, httpx2.TransportError) as exc:
+    except (openai.APIConnectionError, httpx.TransportError) as exc:
         raise ModelUnavailable(f"cannot reach the model endpoint: {_cause(exc)}") from exc
     except openai.APIResponseValidationError as exc:
         raise ModelOutputError(f"the model endpoint answered with an unexpected body: {exc}") from exc
-    except (openai.OpenAIError, httpx2.HTTPError) as exc:
+    except (openai.OpenAIError, httpx.HTTPError) as exc:
         raise ModelUnavailable(f"the model endpoint failed: {exc}") from exc
     except (ValueError, TypeError) as exc:  # undecodable JSON, a body of the wrong shape
         raise ModelOutputError(f"the model endpoint answered with an unreadable body: {exc}") from exc

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -59,6 +60,7 @@ class ModelConfig(BaseModel):
         value = value.strip()
         if not value.startswith(_SCHEMES):
             raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
+        _check_url(value)
         return value.rstrip("/")
 
     @classmethod
@@ -103,7 +105,23 @@ class ModelConfig(BaseModel):
         try:
             return cls(**fields)
         except ValidationError as exc:
-            raise ConfigError(f"invalid configuration for the {role} model: {exc}") from exc
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"])) or "value"
+            message = str(first["msg"]).removeprefix("Value error, ")
+            raise ConfigError(f"invalid configuration for the {role} model: {where}: {message}") from exc
+
+
+def _check_url(value: str) -> None:
+    """Reject a URL the HTTP client would choke on later (``http://[::1``: httpx.InvalidURL mid-run)."""
+    import httpx
+
+    try:
+        url = httpx.URL(value)
+        urlsplit(value).port  # noqa: B018 - raises ValueError for a port out of range
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ValueError(f"base_url {value!r} is not a valid URL: {exc}") from None
+    if not url.host:
+        raise ValueError(f"base_url {value!r} names no host")
 
 
 def _split_spec(spec: str | None) -> tuple[str | None, str]:

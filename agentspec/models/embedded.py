@@ -11,12 +11,15 @@ and announces its URL and served ids (a folder is served under its name) with a
 ``{"event": "ready", ...}`` line on stdout; its
 stderr (progress, errors) is the parent's.  Leaving the block terminates it
 (SIGTERM, then SIGKILL after ``stop_timeout_s``), also on error or
-cancellation.
+cancellation.  The child also dies with this process when nothing gets to
+leave the block (``kill -9``): it is told this process's pid and watches a
+pipe only this process holds (:mod:`agentspec.serve.lifeline`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -29,7 +32,10 @@ from anyio.abc import Process
 
 from agentspec.errors import ModelUnavailable
 
-__all__ = ["DEFAULT_MODELS", "EmbeddedServer", "embedded_server"]
+__all__ = ["DEFAULT_MODELS", "EmbeddedServer", "PARENT_ENV", "embedded_server"]
+
+PARENT_ENV = "AGENTSPEC_PARENT_PID"
+"""Names the pid of the process the child server must not outlive (read by :mod:`agentspec.serve.lifeline`)."""
 
 DEFAULT_MODELS: dict[str, str] = {
     "agent": "qwen2.5-coder-0.5b",
@@ -41,10 +47,11 @@ DEFAULT_MODELS: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class EmbeddedServer:
-    """A running child server: its base URL and the id it serves each requested model under."""
+    """A running child server: its base URL, the id it serves each requested model under, and its pid."""
 
     base_url: str
     model_ids: dict[str, str]
+    pid: int
 
 
 @asynccontextmanager
@@ -63,11 +70,14 @@ async def embedded_server(
         command += ["--max-tokens", str(max_tokens)]
     for model in unique:
         command += ["--model", model]
-    process = await anyio.open_process(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None)
+    # The child's stdin is a pipe nobody writes to: it reaches end of file when this process is gone.
+    env = {**os.environ, PARENT_ENV: str(os.getpid())}
+    process = await anyio.open_process(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env)
     try:
         with anyio.fail_after(startup_timeout_s):
             ready = await _wait_ready(process)
-        yield EmbeddedServer(str(ready["base_url"]), dict(zip(unique, map(str, ready["models"]), strict=True)))
+        model_ids = dict(zip(unique, map(str, ready["models"]), strict=True))
+        yield EmbeddedServer(str(ready["base_url"]), model_ids, process.pid)
     finally:
         with anyio.CancelScope(shield=True):
             await _stop(process, stop_timeout_s)

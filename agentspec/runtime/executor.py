@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import anyio
 
-from agentspec.errors import ConfigError, SnapshotError
+from agentspec.errors import AgentSpecError, ConfigError, SnapshotError
 from agentspec.mining.library import Macro, MacroLibrary, align
 from agentspec.runtime.latency import LatencyModel, estimate_tokens
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
@@ -43,7 +43,7 @@ from agentspec.runtime.policies import Decision, History, Policy
 from agentspec.runtime.probe import Prober
 from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
 from agentspec.runtime.spork import Spork, SporkConfig
-from agentspec.snapshot import Sandbox, SnapshotBackend
+from agentspec.snapshot import Checkpointable, Sandbox, SnapshotBackend
 from agentspec.types import Effect, Observation, Step, TerminationReason, ToolCall
 
 Mode = Literal["sequential", "sa", "smc"]
@@ -113,6 +113,23 @@ class ExecutorConfig:
             raise ConfigError("depth and l_min must be >= 1")
 
 
+def _the_agentspec_error(group: BaseExceptionGroup) -> BaseException:
+    """The one error a task group failed with, unwrapped, when it is ours (a dead endpoint, a bad log...):
+    callers handle :class:`AgentSpecError`, not groups.  Anything else stays the group it was."""
+    leaves: list[BaseException] = []
+
+    def collect(error: BaseException) -> None:
+        if isinstance(error, BaseExceptionGroup):
+            for inner in error.exceptions:
+                collect(inner)
+        else:
+            leaves.append(error)
+
+    collect(group)
+    ours = [e for e in leaves if isinstance(e, AgentSpecError)]
+    return ours[0] if ours and len(ours) == len(leaves) else group
+
+
 class ExecutionLoop:
     """Runs one task's agent loop with speculation (see module docstring)."""
 
@@ -127,7 +144,6 @@ class ExecutionLoop:
         latency: LatencyModel | None = None,
         log: RunLog | None = None,
         task_id: str = "task",
-        checkpoint: Callable[[], bytes | None] | None = None,
         prober: Prober | None = None,
         spork: SporkConfig | None = None,
     ) -> None:
@@ -136,7 +152,6 @@ class ExecutionLoop:
             raise ConfigError(f"mode {self.config.mode} needs a speculator")
         self.backend, self.authority, self.speculator = backend, authority, speculator
         self.macros, self.latency, self.log, self.task_id = macros, latency, log, task_id
-        self.checkpoint = checkpoint
         self.steps: list[Step] = []
         self.metrics = ExecutionMetrics()
         self.timeline = Timeline()
@@ -157,10 +172,22 @@ class ExecutionLoop:
     # ------------------------------------------------------------------ main loop
 
     async def run(self, resumed: TaskLog | None = None) -> ExecutionResult:
-        """Execute until the authority says done or a limit is hit."""
+        """Execute until the authority says done or a limit is hit; ``resumed`` continues a logged run."""
         if resumed is not None:
-            self._adopt(resumed)
+            self.resume(resumed)
         self._t0 = anyio.current_time()
+        try:
+            termination, note = await self._loop()
+        except BaseExceptionGroup as group:
+            error = _the_agentspec_error(group)
+            if error is group:
+                raise
+            raise error from group
+        await self._reset_chain(count_waste=True)
+        self.metrics.wall_s = anyio.current_time() - self._t0
+        return ExecutionResult(self.steps, termination, self.metrics, self.timeline, note, self._final)
+
+    async def _loop(self) -> tuple[TerminationReason, str | None]:
         termination = TerminationReason.AGENT_STOP
         note = None
         async with anyio.create_task_group() as group:
@@ -184,11 +211,22 @@ class ExecutionLoop:
                     termination = TerminationReason.TOO_MANY_ERRORS
                     break
             group.cancel_scope.cancel()
-        await self._reset_chain(count_waste=True)
-        self.metrics.wall_s = anyio.current_time() - self._t0
-        return ExecutionResult(self.steps, termination, self.metrics, self.timeline, note, self._final)
+        return termination, note
 
-    def _adopt(self, resumed: TaskLog) -> None:
+    def resume(self, resumed: TaskLog) -> None:
+        """Adopt a logged task's steps and the live state after them, so none of their effects is applied again.
+
+        Raises :class:`ConfigError` when the log's checkpoint is not trusted data, or when it cannot give back
+        the state its steps left.  Call before :meth:`run` to fail before any work starts."""
+        if resumed.checkpoint is not None:
+            if not isinstance(self.backend, Checkpointable):
+                raise ConfigError(f"task {self.task_id!r}: the log holds a checkpoint this backend cannot restore")
+            self.backend.restore_checkpoint(resumed.checkpoint)
+        elif resumed.steps and isinstance(self.backend, Checkpointable):
+            raise ConfigError(
+                f"task {self.task_id!r}: the log holds {len(resumed.steps)} committed steps but no checkpoint of the "
+                "state they left (this environment's state cannot be serialised), so resuming would lose their effects"
+            )
         for record in resumed.steps:
             call = ToolCall.model_validate(record["call"])
             observation = Observation.model_validate(record["observation"])
@@ -244,7 +282,7 @@ class ExecutionLoop:
             content = f"Error: the arguments of {bad.name!r} are not a valid JSON object ({bad.error})"
             call = ToolCall(name=bad.name or "invalid", arguments={}, id=bad.id)
             observation = Observation(call_id=bad.id, name=bad.name, content=content, error=True)
-            self._finish_commit([(call, observation, self._intent(call, "invalid"))], "invalid")
+            self._finish_commit([(call, observation, self._intents([call], "invalid")[0])], "invalid")
             return
         call = decision.call
         assert call is not None
@@ -283,7 +321,7 @@ class ExecutionLoop:
                 return False
             if draft.call == call and self.backend.live_token in draft.sandbox.lineage:
                 # Journalled like any commit: a resumed run must count this step, or it re-runs what follows.
-                eid = self._intent(call, "reuse")
+                (eid,) = self._intents([call], "reuse")
                 self._finish_commit([(call, draft.observation.model_copy(update={"call_id": call.id}), eid)], "reuse")
                 self.metrics.reused_read_only += 1
                 return True
@@ -298,7 +336,7 @@ class ExecutionLoop:
             gate = self._live_gate = anyio.Event()
             await self._reset_chain(count_waste=True)
         try:
-            eid = self._intent(call, "authority")
+            (eid,) = self._intents([call], "authority")
             started = anyio.current_time()
             observation = await self._run_tool(lambda c: self.backend.execute(c), call, "tool")
             self.metrics.tool_wait_s += anyio.current_time() - started
@@ -311,16 +349,17 @@ class ExecutionLoop:
 
     # ------------------------------------------------------------------ commits
 
-    def _intent(self, call: ToolCall, source: Source, offset: int = 0) -> str:
-        index = len(self.steps) + offset
+    def _intents(self, calls: list[ToolCall], source: Source) -> list[str]:
+        """Effect ids of the next steps, logged as intents before live state changes."""
+        first = len(self.steps)
         if self.log is not None:
-            return self.log.intent(self.task_id, index, call, source)
-        return effect_id(self.task_id, index, call)
+            return self.log.intents(self.task_id, first, calls, source)
+        return [effect_id(self.task_id, first + i, call) for i, call in enumerate(calls)]
 
     async def _commit(self, drafts: list[Draft], source: Source, confirmed: ToolCall | None = None, macro: Macro | None = None) -> None:
         """Commit drafts (a chain prefix) atomically: log intents, promote the deepest fork, log commits."""
         calls = [confirmed if (i == 0 and confirmed is not None) else d.call for i, d in enumerate(drafts)]
-        eids = [self._intent(call, source, i) for i, call in enumerate(calls)]
+        eids = self._intents(calls, source)
         last = drafts[-1].sandbox
         assert last is not None
         started = anyio.current_time()
@@ -339,12 +378,14 @@ class ExecutionLoop:
                 await self.backend.discard(draft.sandbox)
 
     def _finish_commit(self, entries: list[tuple[ToolCall, Observation, str]], source: Source, macro_id: str | None = None) -> None:
-        checkpoint = self.checkpoint() if (self.checkpoint and self.log) else None
-        for i, (call, observation, eid) in enumerate(entries):
-            step = len(self.steps)
+        first = len(self.steps)
+        for call, observation, eid in entries:
             self._append(call, observation, source, eid, macro_id)
-            if self.log is not None:
-                self.log.commit(self.task_id, step, eid, observation, checkpoint if i == len(entries) - 1 else None)
+        if self.log is not None:
+            # One record for the batch: a crash leaves all of a macro's steps in the log, or none of them.
+            checkpoint = self.backend.checkpoint() if isinstance(self.backend, Checkpointable) else None
+            logged = [(first + i, eid, observation) for i, (_, observation, eid) in enumerate(entries)]
+            self.log.commit(self.task_id, logged, checkpoint)
 
     def _append(self, call: ToolCall, observation: Observation, source: Source, eid: str, macro_id: str | None = None) -> None:
         self.steps.append(Step(index=len(self.steps), call=call, observation=observation, source=source,

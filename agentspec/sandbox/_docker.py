@@ -19,7 +19,7 @@ import docker
 import docker.errors
 import requests
 
-from agentspec.errors import SnapshotError
+from agentspec.errors import ConfigError, SnapshotError
 from agentspec.sandbox._owner import owner_dead
 
 LABEL = "agentspec.sandbox"
@@ -69,6 +69,40 @@ def connect(timeout: int = 120) -> docker.DockerClient:
         client.close()
         raise SnapshotError(f"no Docker engine reachable at {client.api.base_url}: {exc}") from exc
     return client
+
+
+DISK_HINT = (
+    "run dockerd with its data root on btrfs, or on xfs mounted with pquota (overlay2), as .ci/run does; "
+    "or pass Limits(disk_bytes=None) to run without a disk limit (reported in every result)"
+)
+
+
+def is_disk_limit_refusal(exc: BaseException) -> bool:
+    """Whether the engine refused a container because it cannot apply ``--storage-opt size``."""
+    return "storage-opt" in str(exc).lower() or "storage opt" in str(exc).lower()
+
+
+def disk_limit_error(exc: BaseException) -> SnapshotError:
+    return SnapshotError(f"this Docker engine cannot cap a container's disk ({exc}): {DISK_HINT}")
+
+
+def check_disk_limit(api: docker.APIClient, image: str, size: int = 64 * 2**20) -> None:
+    """SnapshotError unless the engine caps a container's writable layer (``--storage-opt size``). Blocking."""
+    host = api.create_host_config(network_mode="none", storage_opt={"size": str(size)})
+    try:
+        container = api.create_container(image, command=["true"], host_config=host)
+    except docker.errors.APIError as exc:
+        if is_disk_limit_refusal(exc):
+            raise disk_limit_error(exc) from exc
+        raise SnapshotError(f"checking the disk limit: {exc}") from exc
+    api.remove_container(container["Id"], force=True)
+
+
+def check_user(user: str, image: str) -> str:
+    """``user`` unless it is root: sandboxes never run tools as root (ConfigError)."""
+    if user.split(":")[0] in ("root", "0"):
+        raise ConfigError(f"image {image} runs as root (USER {user}); sandboxes run tools as an unprivileged user")
+    return user
 
 
 def parse_mounts(spec: str | None) -> dict[str, dict[str, str]]:

@@ -1,12 +1,21 @@
 """Running the in-sandbox runner on this host, confined to one directory tree.
 
-With bubblewrap (``bwrap``) a call sees only its tree (as ``/workspace``), a
-read-only ``/usr``, a private ``/tmp``, ``/proc`` and ``/dev``; it runs in new
-user, PID, network, IPC and UTS namespaces as an unprivileged user with no
+With bubblewrap (``confinement="bwrap"``, the default) a call sees only its
+tree (as ``/workspace``), a read-only ``/usr``, a private ``/tmp`` (a tmpfs of
+at most ``Limits.disk_bytes``), ``/proc`` and ``/dev``; it runs in new user,
+PID, network, IPC and UTS namespaces as an unprivileged user with no
 capabilities, and every process it starts dies with it (the PID namespace ends
-with the call).  Without bwrap (``none``) the call runs as a plain process in
-its own session inside the tree: the file tools still refuse paths outside the
-workspace, but a shell command is not confined; say so where that matters.
+with the call).  The ``bwrap`` binary is resolved once, to an absolute path,
+when a backend starts (calls run with a fixed ``PATH``), and tried once: when
+it is missing or cannot make its namespaces, :func:`host_jail` raises a
+:class:`SnapshotError` that says what is missing and how to install or enable it.
+
+``confinement="none"`` is an explicit, documented opt-in: the call runs as a
+plain process in its own session inside the tree, with the host's network,
+processes and file system in reach (the file tools still refuse paths outside
+the workspace, a shell command is not confined).  Backends mark every
+observation made that way (``isolation="unconfined"``).  Nothing ever falls
+back to it.
 
 Cancelling :func:`run_confined` kills the call's whole process tree for real,
 and returns only once it is dead.
@@ -20,42 +29,74 @@ import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import anyio
 
-from agentspec.errors import SnapshotError
+from agentspec.errors import ConfigError, SnapshotError
 from agentspec.sandbox.program import RUNNER_FILE, SANDBOX_DIR, WORKSPACE
 
 Confinement = Literal["bwrap", "none"]
 
 SANDBOX_UID = "1000"
 PATH = "/usr/local/bin:/usr/bin:/bin"
+SANDBOX_PYTHON = "/usr/bin/python3"
+"""The interpreter a jailed call runs (the host's, seen through the read-only ``/usr``)."""
+
+INSTALL_BWRAP = "apt-get install bubblewrap"
+USERNS_HINT = (
+    "unprivileged user namespaces look disabled: enable them with `sysctl -w kernel.unprivileged_userns_clone=1` "
+    "(Debian) or `sysctl -w user.max_user_namespaces=15000` (on Ubuntu 24.04 also "
+    "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), or run where they are allowed"
+)
+_USERNS_ERRORS = ("namespace", "uid map", "setting up uid", "operation not permitted", "no space left")
+
+
+def check_confinement(value: object) -> Confinement:
+    """``value`` as a :data:`Confinement`; ConfigError for anything else (there is no "auto")."""
+    if value not in get_args(Confinement):
+        raise ConfigError(
+            f"confinement must be 'bwrap' or 'none' (an explicit opt-out of the jail), not {value!r}"
+        )
+    return value  # type: ignore[return-value]
+
+
+def find_bwrap() -> str | None:
+    """The absolute path of ``bwrap`` on the caller's ``PATH`` (None when there is none)."""
+    found = shutil.which("bwrap")
+    return os.path.abspath(found) if found else None
 
 
 def _python() -> str:
-    for candidate in ("/usr/bin/python3", shutil.which("python3")):
+    for candidate in (SANDBOX_PYTHON, shutil.which("python3")):
         if candidate and os.access(candidate, os.X_OK):
-            return candidate
+            return os.path.abspath(candidate)
     raise SnapshotError("no python3 on this host to run sandboxed tools")
 
 
 @dataclass(frozen=True)
 class HostJail:
-    """How calls are confined on this host, and the command line that runs the runner in a tree."""
+    """How calls are confined on this host, and the command line that runs the runner in a tree.
+
+    ``bwrap`` is the absolute path of the bubblewrap binary (None when unconfined); ``tmp_bytes`` the
+    size of the jail's private ``/tmp`` (None: no cap, only with ``Limits(disk_bytes=None)``).
+    """
 
     kind: Confinement
     ops_file: Path
+    bwrap: str | None = None
+    tmp_bytes: int | None = None
 
     def argv(self, tree: Path) -> list[str]:
         if self.kind == "none":
             return [_python(), "-I", "-S", str(RUNNER_FILE)]
+        assert self.bwrap is not None
         return [
-            *_bwrap_base(),
+            *_bwrap_base(self.bwrap, self.tmp_bytes),
             "--bind", str(tree), WORKSPACE, "--chdir", WORKSPACE,
             "--ro-bind", str(RUNNER_FILE), f"{SANDBOX_DIR}/runner.py",
             "--ro-bind", str(self.ops_file), f"{SANDBOX_DIR}/ops.py",
-            "/usr/bin/python3", "-I", "-S", f"{SANDBOX_DIR}/runner.py",
+            SANDBOX_PYTHON, "-I", "-S", f"{SANDBOX_DIR}/runner.py",
         ]  # fmt: skip
 
     def paths(self, tree: Path) -> tuple[str, str]:
@@ -70,31 +111,46 @@ class HostJail:
         return self.kind == "bwrap"
 
 
-def _bwrap_base() -> list[str]:
+def _bwrap_base(bwrap: str, tmp_bytes: int | None) -> list[str]:
+    tmp = ["--size", str(tmp_bytes), "--tmpfs", "/tmp"] if tmp_bytes is not None else ["--tmpfs", "/tmp"]
     return [
-        "bwrap", "--unshare-all", "--unshare-user", "--uid", SANDBOX_UID, "--gid", SANDBOX_UID,
+        bwrap, "--unshare-all", "--unshare-user", "--uid", SANDBOX_UID, "--gid", SANDBOX_UID,
         "--die-with-parent", "--new-session", "--cap-drop", "ALL",
         "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
         "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
         "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
         "--ro-bind-try", "/etc/alternatives", "/etc/alternatives",
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+        "--proc", "/proc", "--dev", "/dev", *tmp,
         "--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
         "--setenv", "TMPDIR", "/tmp",
     ]  # fmt: skip
 
 
-async def detect_confinement(wanted: Confinement | Literal["auto"]) -> Confinement:
-    """``bwrap`` when it works here (tried once), else ``none``; an explicit choice is checked."""
-    if wanted == "none":
-        return "none"
-    works = False
-    if shutil.which("bwrap") and os.path.exists("/usr/bin/python3"):
-        result = await anyio.run_process([*_bwrap_base(), "/usr/bin/python3", "-c", "pass"], check=False)
-        works = result.returncode == 0
-    if wanted == "bwrap" and not works:
-        raise SnapshotError("bubblewrap (bwrap) is not usable on this host")
-    return "bwrap" if works else "none"
+async def host_jail(confinement: Confinement, ops_file: Path, tmp_bytes: int | None) -> HostJail:
+    """The jail for ``confinement``, checked once here: SnapshotError when bubblewrap is unusable.
+
+    ``"none"`` is taken as asked (the caller opted out); ``"bwrap"`` resolves the binary on the
+    caller's PATH to an absolute path and runs one trivial jailed command with it.
+    """
+    if check_confinement(confinement) == "none":
+        return HostJail(kind="none", ops_file=ops_file)
+    bwrap = find_bwrap()
+    if bwrap is None:
+        raise SnapshotError(
+            f"bubblewrap (bwrap) is not installed, and sandboxed tools never run unconfined: {INSTALL_BWRAP} "
+            "(or pass confinement='none' to run them unconfined, reported in every result)"
+        )
+    if not os.access(SANDBOX_PYTHON, os.X_OK):
+        raise SnapshotError(f"the bubblewrap jail runs {SANDBOX_PYTHON}, which is missing: apt-get install python3")
+    try:
+        result = await anyio.run_process([*_bwrap_base(bwrap, tmp_bytes), SANDBOX_PYTHON, "-c", "pass"], check=False)
+    except OSError as exc:
+        raise SnapshotError(f"bubblewrap at {bwrap} cannot be run: {exc}") from exc
+    if result.returncode != 0:
+        said = result.stderr.decode(errors="replace").strip()[-300:]
+        hint = USERNS_HINT if any(word in said.lower() for word in _USERNS_ERRORS) else f"check {bwrap}"
+        raise SnapshotError(f"bubblewrap ({bwrap}) cannot make its sandbox here: {said or 'no message'}; {hint}")
+    return HostJail(kind="bwrap", ops_file=ops_file, bwrap=bwrap, tmp_bytes=tmp_bytes)
 
 
 def _stat(pid: int) -> tuple[str, int] | None:

@@ -11,9 +11,21 @@
                ``diff``: the fork's changed paths are packed and applied to the live container
     discard  = remove the container; a snapshot image goes when no snapshot or container needs it
 
-Every container runs with ``network_mode="none"``, memory/CPU/PID limits, a
-non-root user, all capabilities dropped, ``no-new-privileges`` and a tmpfs
-``/tmp``.  PID 1 is the runner in ``--init`` mode: it reaps orphans and, being
+Every container runs with ``network_mode="none"``, a non-root user (an image
+whose ``USER`` is root is refused), all capabilities dropped,
+``no-new-privileges``, the engine's default seccomp profile and a tmpfs
+``/tmp`` (``tmp_size``, counted in the memory cgroup).  Limits (each enforced,
+or the backend refuses to start; ``None`` turns one off, reported by
+:attr:`DockerBackend.isolation` and in every observation):
+
+- ``memory_bytes``: the container's memory cgroup, swap included (no swap);
+- ``pids``: the container's pids cgroup; ``cpus`` (off by default): a CPU quota;
+- ``disk_bytes`` (1 GiB by default): ``--storage-opt size`` caps each container's
+  writable layer, and RLIMIT_FSIZE each file.  Only some engines can apply it
+  (btrfs, zfs, overlay2 on xfs with ``pquota``); on others (overlay2 on ext4,
+  the common default) the backend refuses with a message saying so;
+- an option the engine accepts only with a warning (a limit it would drop) is
+  refused too.  PID 1 is the runner in ``--init`` mode: it reaps orphans and, being
 PID 1, survives the kill(-1) that ends every call.  Containers and images carry
 owner labels; starting a backend sweeps what dead processes left behind, and
 :meth:`DockerBackend.close` removes everything this backend made.
@@ -71,6 +83,7 @@ from agentspec.sandbox.program import (
     answer_observation,
     error_observation,
     plan,
+    with_isolation,
 )
 from agentspec.snapshot import Sandbox, Snapshot, check_descends, new_token
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
@@ -281,7 +294,7 @@ class DockerBackend:
             info = await _docker.call(f"image {self.image}", self.api.inspect_image, self.image)
             config = info.get("Config") or {}
             self._config = config
-            self._user = config.get("User") or self._user
+            self._user = _docker.check_user(config.get("User") or self._user, self.image)
             self._volumes = _docker.parse_mounts((config.get("Labels") or {}).get(MOUNTS))
             depth = len((info.get("RootFS") or {}).get("Layers") or [None])
             seed = await self._seed(info["Id"], depth)
@@ -331,18 +344,42 @@ class DockerBackend:
 
     def _host_config(self) -> dict[str, Any]:
         limits = self.limits
+        ulimits = [Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile)]
+        if limits.disk_bytes is not None:
+            ulimits.append(Ulimit(name="fsize", soft=limits.disk_bytes, hard=limits.disk_bytes))
         return self.api.create_host_config(
             network_mode="none",
             mem_limit=limits.memory_bytes,
             memswap_limit=limits.memory_bytes,  # no swap: the memory limit is the limit
-            nano_cpus=int(limits.cpus * 1e9),
+            nano_cpus=int(limits.cpus * 1e9) if limits.cpus is not None else None,
             pids_limit=limits.pids,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             tmpfs={"/tmp": f"size={self._tmp_size},mode=1777"},
             binds=self._volumes or None,
-            ulimits=[Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile)],
+            ulimits=ulimits,
+            storage_opt={"size": str(limits.disk_bytes)} if limits.disk_bytes is not None else None,
         )
+
+    @property
+    def weakened(self) -> str | None:
+        """The limits switched off (``"no-pids-limit"``...), as every observation records them; None if none."""
+        return ",".join(f"no-{name.removesuffix('_bytes')}-limit" for name in self.limits.unlimited) or None
+
+    @property
+    def isolation(self) -> dict[str, object]:
+        """What this backend enforces, for reports (a limit that is None is not enforced)."""
+        limits = self.limits
+        return {
+            "backend": "docker",
+            "confinement": "container",
+            "network": "none",
+            "memory_bytes": limits.memory_bytes,
+            "pids": limits.pids,
+            "cpus": limits.cpus,
+            "disk_bytes": limits.disk_bytes,
+            "weakened": self.weakened,
+        }
 
     async def _create(self, image_id: str, install: bytes | None = None, start: bool = True) -> str:
         """Create (and start) a container of ``image_id`` (``install``: a tar put at / before it starts).
@@ -353,10 +390,17 @@ class DockerBackend:
         labels = {LABEL: "1", OWNER: owner_tag(), BACKEND: self._id}
 
         def create() -> str:
-            container = self.api.create_container(
-                image_id, command=[*RUNNER, "--init"], user=self._user, working_dir=WORKSPACE, labels=labels,
-                host_config=self._host_config(), name=name, environment=["HOME=/tmp"],
-            )  # fmt: skip
+            try:
+                container = self.api.create_container(
+                    image_id, command=[*RUNNER, "--init"], user=self._user, working_dir=WORKSPACE, labels=labels,
+                    host_config=self._host_config(), name=name, environment=["HOME=/tmp"],
+                )  # fmt: skip
+            except docker.errors.APIError as exc:
+                if self.limits.disk_bytes is not None and _docker.is_disk_limit_refusal(exc):
+                    raise _docker.disk_limit_error(exc) from exc
+                raise
+            if container.get("Warnings"):  # e.g. "... limit discarded": the container would be less confined
+                raise SnapshotError(f"the Docker engine would not apply every sandbox option: {container['Warnings']}")
             if install is not None:  # before the start: the runner is the container's PID 1
                 self.api.put_archive(container["Id"], "/", install)
             if start:
@@ -646,4 +690,4 @@ class DockerBackend:
                 return error_observation(call, requestor, "the sandbox was discarded while the call ran")
             return error_observation(call, requestor, f"the call ran past {self.limits.call_timeout_s}s and was killed")
         detail = f" (exit code {code}: {err.decode(errors='replace').strip()[-300:]})" if code else ""
-        return answer_observation(call, requestor, out, detail)
+        return with_isolation(answer_observation(call, requestor, out, detail), self.weakened)

@@ -16,11 +16,38 @@ lives on a private tmpfs that :meth:`OverlayBackend.close` unmounts at once
 squashed in user space (:func:`merge_layers`), which costs the size of the
 changes, never of the base.
 
-Where mounting is refused, ``copy`` mode keeps every state as a full copy on
-tmpfs (snapshot and fork cost the tree size; commit is still a pointer swap).
+Where overlay mounts are refused, ``copy`` mode keeps every state as a full
+copy on tmpfs (snapshot and fork cost the tree size; commit is still a pointer
+swap).  Both modes isolate alike; ``mode`` only changes the cost.
 
-Tools run through :mod:`agentspec.sandbox._host`: confined with bubblewrap
-when it works here, otherwise as plain processes (``confinement == "none"``).
+What is promised and enforced (each one, or the backend refuses to start with a
+:class:`SnapshotError` naming what is missing):
+
+- confinement: every call runs under bubblewrap (:mod:`agentspec.sandbox._host`):
+  no network (a private network namespace with only ``lo``), no host process
+  visible (a private PID namespace), nothing writable but its tree and a private
+  ``/tmp``, an unprivileged user with no capabilities.  Without a usable
+  ``bwrap`` the backend refuses (``apt-get install bubblewrap``).
+  ``confinement="none"`` is the only way to run tools unconfined: an explicit
+  opt-in, reported by :attr:`OverlayBackend.isolation` and in every observation
+  (``isolation="unconfined"``).
+- no process outlives a call: the PID namespace ends with it; a cancelled or
+  timed-out call is killed with its whole process tree.
+- disk (``Limits.disk_bytes``, 1 GiB by default): the scratch tmpfs holding the
+  live tree, every fork and every snapshot layer is mounted with that ``size=``
+  (together, not each: a fork that fills it makes writes fail elsewhere until
+  it is discarded); each file a call writes is capped by RLIMIT_FSIZE, and the
+  jail's ``/tmp`` is a tmpfs of the same size.  A host that refuses the tmpfs
+  mount (no root, no mount namespace) is refused unless ``disk_bytes=None``.
+  The overlay's bottom layer is the source directory itself, read-only.
+- memory (``Limits.memory_bytes``): RLIMIT_AS of each process of a call.
+- processes (``Limits.pids``): RLIMIT_NPROC in the jail's user namespace; for
+  root (whose processes the kernel exempts from it, also inside ``unshare -Ur``)
+  a pids cgroup per call (cgroup v1 or v2), refused where none is writable
+  unless ``pids=None``.
+- ``Limits.cpus`` cannot be enforced without a cgroup CPU controller: setting it
+  is a ConfigError here (use the Docker backend).
+
 The state of a sandbox is its files: no process outlives a call.
 """
 
@@ -40,7 +67,15 @@ import anyio
 
 from agentspec.errors import ConfigError, SnapshotError
 from agentspec.sandbox import _mounts
-from agentspec.sandbox._host import Confinement, HostJail, detect_confinement, run_confined
+from agentspec.sandbox._cgroup import (
+    ENTER,
+    PidsCgroups,
+    pids_root,
+    remove_group,
+    rlimit_nproc_binds,
+    sweep_cgroups,
+)
+from agentspec.sandbox._host import Confinement, HostJail, check_confinement, host_jail, run_confined
 from agentspec.sandbox._layers import copy_tree, merge_layers, remove_tree
 from agentspec.sandbox._owner import owner_dead, owner_tag, start_time
 from agentspec.sandbox.program import (
@@ -50,6 +85,7 @@ from agentspec.sandbox.program import (
     answer_observation,
     error_observation,
     plan,
+    with_isolation,
 )
 from agentspec.snapshot import Sandbox, Snapshot, check_descends, new_token
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
@@ -168,25 +204,31 @@ class OverlayBackend:
         source: Path | None = None,
         *,
         mode: Mode | Literal["auto"] = "auto",
-        confine: Confinement | Literal["auto"] = "auto",
+        confinement: Confinement = "bwrap",
         limits: Limits | None = None,
         scratch: Path | None = None,
-        tmpfs_size: str = "50%",
         max_layers: int = 16,
     ) -> None:
         if source is not None and not source.is_dir():
             raise ConfigError(f"workspace source {source} is not a directory")
         if source is not None and any(ch in str(source.resolve()) for ch in ",:\\"):
             raise ConfigError(f"workspace source {source}: overlayfs cannot use a path with ',', ':' or '\\'")
+        if mode not in ("auto", "overlay", "copy"):
+            raise ConfigError(f"mode must be 'auto', 'overlay' or 'copy', not {mode!r}")
         self.program = program
         self.source = source.resolve() if source is not None else None
         self.limits = limits or Limits()
+        if self.limits.cpus is not None:
+            raise ConfigError(
+                "the overlay and copy backends cannot cap CPUs (no cgroup CPU controller): "
+                "leave Limits.cpus unset, or use the docker backend"
+            )
         self.max_layers = max(2, max_layers)
         self.live_token = new_token()
         self._wanted_mode = mode
-        self._wanted_confine = confine
+        self._confinement = check_confinement(confinement)
         self._scratch = scratch or default_scratch()
-        self._tmpfs_size = tmpfs_size
+        self._pids: PidsCgroups | None = None
         self._id = secrets.token_hex(4)
         self._counter = itertools.count(1)
         self._trash: list[Path] = []
@@ -196,7 +238,7 @@ class OverlayBackend:
         self._options = "" if _mounts.in_initial_user_namespace() else ",userxattr"
         self._xattr = "trusted.overlay.opaque" if not self._options else "user.overlay.opaque"
         self.mode: Mode = "copy"
-        self.jail = HostJail(kind="none", ops_file=program.ops_file)
+        self.jail: HostJail | None = None
         self._live: _Tree | None = None
         self._live_lock = anyio.Lock()  # guards the live slot: live calls, live snapshots, commits
 
@@ -234,17 +276,27 @@ class OverlayBackend:
             raise
 
     async def _setup(self, root: Path) -> None:
+        disk = self.limits.disk_bytes
+        size = f"size={disk}," if disk is not None else ""
         try:
-            _mounts.mount("tmpfs", root, "tmpfs", 0, f"size={self._tmpfs_size},mode=0700")
+            _mounts.mount("tmpfs", root, "tmpfs", 0, f"{size}mode=0700")
             _mounts.make_private(root)
             self._tmpfs = True
-        except OSError:
-            self._tmpfs = False  # not allowed to mount: plain directories (on /dev/shm by default)
+        except OSError as exc:
+            if disk is not None:
+                raise SnapshotError(
+                    f"cannot enforce the disk limit (Limits.disk_bytes={disk}): mounting a tmpfs is refused here "
+                    f"({exc.strerror}); run as root or inside `unshare -Urm`, or pass Limits(disk_bytes=None) "
+                    "to run without a disk limit (reported in every result)"
+                ) from exc
+            self._tmpfs = False  # disk_bytes=None: plain directories (on /dev/shm by default)
         overlay_ok = self._tmpfs and self._wanted_mode != "copy" and _probe_overlay(root, self._options)
         if self._wanted_mode == "overlay" and not overlay_ok:
             raise SnapshotError("overlayfs mounts are refused here (needs root or a user+mount namespace)")
         self.mode = "overlay" if overlay_ok else "copy"
-        self.jail = HostJail(kind=await detect_confinement(self._wanted_confine), ops_file=self.program.ops_file)
+        self.jail = await host_jail(self._confinement, self.program.ops_file, tmp_bytes=disk)
+        if self.jail.kind == "bwrap" and self.limits.pids is not None and not rlimit_nproc_binds():
+            self._pids = await anyio.to_thread.run_sync(self._pids_cgroups)
         for sub in ("layers", "trees", "mnt"):
             (root / sub).mkdir()
         if self.mode == "overlay":
@@ -256,6 +308,49 @@ class OverlayBackend:
                 await copy_tree(self.source, live)
             self._live = _Tree(layers=(), upper=live, dirty=True)
             (root / "live").symlink_to(live)
+
+    def _pids_cgroups(self) -> PidsCgroups:
+        """Per-call pids cgroups (root: RLIMIT_NPROC does not bind root's processes); refuse without them."""
+        root = pids_root()
+        problem = "no writable cgroup offers the pids controller (cgroup v1 pids or v2 +pids)"
+        if root is not None:
+            sweep_cgroups(root)
+            try:
+                return PidsCgroups(root, self._id)
+            except OSError as exc:
+                problem = f"making a pids cgroup under {root} failed: {exc}"
+        raise SnapshotError(
+            f"cannot enforce the process limit (Limits.pids={self.limits.pids}) as root: {problem}; "
+            "mount the pids cgroup, or pass Limits(pids=None) to run without it (reported in every result)"
+        )
+
+    @property
+    def confinement(self) -> Confinement:
+        """``"bwrap"`` (tools jailed) or ``"none"`` (the caller opted out: tools run unconfined)."""
+        return self._confinement
+
+    @property
+    def weakened(self) -> str | None:
+        """The isolation opt-ins in force, as every observation records them (None: everything promised)."""
+        names = []
+        if self._confinement == "none":
+            names.append("unconfined")
+        names += [f"no-{name.removesuffix('_bytes')}-limit" for name in self.limits.unlimited]
+        return ",".join(names) or None
+
+    @property
+    def isolation(self) -> dict[str, object]:
+        """What this backend enforces, for reports: confinement, network, and each limit (None: not enforced)."""
+        jailed = self._confinement == "bwrap"
+        return {
+            "backend": self.mode,
+            "confinement": self._confinement,
+            "network": "none" if jailed else "host",
+            "memory_bytes": self.limits.memory_bytes,
+            "pids": self.limits.pids if jailed else None,
+            "disk_bytes": self.limits.disk_bytes,
+            "weakened": self.weakened,
+        }
 
     @property
     def workdir(self) -> Path:
@@ -410,6 +505,9 @@ class OverlayBackend:
                 sandbox._running.cancel()
         self._sandboxes.clear()
         self._live = None
+        pids, self._pids = self._pids, None
+        if pids is not None:
+            await anyio.to_thread.run_sync(pids.close)
         await anyio.to_thread.run_sync(_mounts.unmount_all, root)
         await anyio.to_thread.run_sync(remove_tree, root)
 
@@ -484,18 +582,48 @@ class OverlayBackend:
         """Run one op in ``tree`` (the caller holds the tree's lock); the deadline or a discard kills it."""
         if self.program.effect(call.name) is not Effect.READ_ONLY:
             tree.dirty = True  # set first: a call killed half way may still have written
-        workspace, ops_path = self.jail.paths(tree.view)
-        payload = self.program.request(step, self.limits, workspace=workspace, ops_path=ops_path, reap=self.jail.reaps)
+        jail = self._require_jail()
+        workspace, ops_path = jail.paths(tree.view)
+        # RLIMIT_NPROC binds only in the jail's user namespace of a non-root user; root uses a pids cgroup.
+        nproc = jail.kind == "bwrap" and self._pids is None
+        payload = self.program.request(
+            step, self.limits, workspace=workspace, ops_path=ops_path, reap=jail.reaps, pids_rlimit=nproc
+        )
         assert self._root is not None
-        cwd = tree.view if self.jail.kind == "none" else self._root
+        cwd = tree.view if jail.kind == "none" else self._root
+        argv, group = jail.argv(tree.view), None
+        code, out, err = -1, b"", b""  # what a call cancelled before it answered leaves
+        if self._pids is not None and self.limits.pids is not None:
+            group = await anyio.to_thread.run_sync(self._pids.new_call, self.limits.pids)
+            argv = ["/bin/sh", "-c", ENTER, str(group), *argv]
         with anyio.CancelScope(deadline=anyio.current_time() + self.limits.call_timeout_s) as scope:
             if sandbox is not None:
                 sandbox._running = scope
             try:
-                code, out, err = await run_confined(self.jail.argv(tree.view), payload, cwd)
+                code, out, err = await run_confined(argv, payload, cwd)
             finally:
                 if sandbox is not None:
                     sandbox._running = None
+                if group is not None:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(remove_group, group)
+        return with_isolation(self._observe(call, requestor, sandbox, scope, code, err, out), self.weakened)
+
+    def _require_jail(self) -> HostJail:
+        if self.jail is None:
+            raise SnapshotError("overlay backend is not started (or already closed)")
+        return self.jail
+
+    def _observe(
+        self,
+        call: ToolCall,
+        requestor: Requestor,
+        sandbox: OverlaySandbox | None,
+        scope: anyio.CancelScope,
+        code: int,
+        err: bytes,
+        out: bytes,
+    ) -> Observation:
         if scope.cancelled_caught:
             if sandbox is not None and sandbox.discarded:
                 return error_observation(call, requestor, "the sandbox was discarded while the call ran")

@@ -57,17 +57,41 @@ class Op:
 class Limits:
     """Resource limits of every sandbox a backend makes, and of every call run in one.
 
-    Docker enforces memory, CPUs and PIDs with cgroups; the overlay and copy
-    backends enforce memory as an address-space rlimit.  ``call_timeout_s`` is
-    the wall-clock limit after which the backend kills a call.
+    Every limit that is set is enforced, or the backend refuses to start
+    (:class:`~agentspec.errors.SnapshotError` naming what is missing); ``None``
+    switches a limit off, an explicit choice each backend reports in its
+    ``isolation`` and in every observation (see the backends' docstrings)::
+
+        limit          docker                              overlay / copy (bubblewrap)
+        memory_bytes   cgroup, whole container, no swap    RLIMIT_AS of each process of a call
+        pids           cgroup pids.max, whole container    pids cgroup per call (root), else RLIMIT_NPROC
+        disk_bytes     --storage-opt size (writable layer) size= of the scratch tmpfs (live, forks, layers
+                       + RLIMIT_FSIZE; /tmp is a RAM tmpfs   together) + RLIMIT_FSIZE + size= of /tmp
+        cpus           cgroup CPU quota                    refused: no CPU cap without a cgroup
+        nofile         RLIMIT_NOFILE                       RLIMIT_NOFILE
+
+    ``cpus`` is off by default (only Docker can enforce it).  ``call_timeout_s``
+    is the wall-clock limit after which the backend kills a call.
     """
 
     memory_bytes: int = 512 * 2**20
-    cpus: float = 1.0
-    pids: int = 256
+    cpus: float | None = None
+    pids: int | None = 256
     nofile: int = 1024
+    disk_bytes: int | None = 2**30
     call_timeout_s: float = 300.0
     max_output: int = 50_000
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "cpus", "pids", "nofile", "disk_bytes", "call_timeout_s", "max_output"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"Limits.{name} must be positive, not {value!r}")
+
+    @property
+    def unlimited(self) -> tuple[str, ...]:
+        """The limits switched off (``None``), as names for a report: ``("disk_bytes",)``."""
+        return tuple(name for name in ("pids", "disk_bytes") if getattr(self, name) is None)
 
 
 @dataclass(frozen=True)
@@ -89,12 +113,29 @@ class SandboxProgram:
         return self.toolkit.effect(name) if self.toolkit.has_tool(name) else Effect.MUTATING
 
     def request(
-        self, op: Op, limits: Limits, *, workspace: str, ops_path: str, reap: bool, memory_rlimit: bool = True
+        self,
+        op: Op,
+        limits: Limits,
+        *,
+        workspace: str,
+        ops_path: str,
+        reap: bool,
+        memory_rlimit: bool = True,
+        pids_rlimit: bool = False,
     ) -> bytes:
-        """The runner's stdin for one op (``memory_rlimit``: enforce memory as RLIMIT_AS, where no cgroup does)."""
-        rlimits = {"nofile": limits.nofile}
+        """The runner's stdin for one op.
+
+        ``memory_rlimit``: enforce memory as RLIMIT_AS (where no cgroup does); ``pids_rlimit``: enforce
+        ``pids`` as RLIMIT_NPROC (only meaningful in a private user namespace of a non-root user).
+        ``disk_bytes`` always caps each file a call writes (RLIMIT_FSIZE).
+        """
+        rlimits: dict[str, int] = {"nofile": limits.nofile}
         if memory_rlimit:
             rlimits["memory_bytes"] = limits.memory_bytes
+        if pids_rlimit and limits.pids is not None:
+            rlimits["nproc"] = limits.pids
+        if limits.disk_bytes is not None:
+            rlimits["fsize_bytes"] = limits.disk_bytes
         body = {
             "op": op.name,
             "args": op.args,
@@ -124,6 +165,13 @@ def plan(program: SandboxProgram, call: ToolCall, requestor: Requestor = "assist
 
 def error_observation(call: ToolCall, requestor: Requestor, text: str) -> Observation:
     return Observation(call_id=call.id, name=call.name, content=f"Error: {text}", error=True, requestor=requestor)
+
+
+def with_isolation(observation: Observation, weakened: str | None) -> Observation:
+    """``observation`` marked with the isolation opt-ins it ran under (``"unconfined"``...); as is when none."""
+    if weakened is None:
+        return observation
+    return Observation(**{**observation.model_dump(), "isolation": weakened})
 
 
 def answer_observation(call: ToolCall, requestor: Requestor, stdout: bytes, detail: str = "") -> Observation:

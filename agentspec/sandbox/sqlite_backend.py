@@ -14,6 +14,13 @@ one snapshot (and forks of forks) alive at once.
 Tools are an ordinary :class:`~agentspec.tools.Toolkit` built over a connection
 (:class:`SqliteTools` by default).  They run in a worker thread; cancelling a
 call interrupts its statement (``Connection.interrupt``) for real.
+
+What is enforced on every connection (live and forks), whatever the tools run:
+no other database file can be opened (``ATTACH`` and ``VACUUM INTO`` are
+refused: the attached-databases limit is 0), and a database holds at most
+``max_bytes`` (1 GiB by default; SQLite's ``max_page_count``, which the tools
+may not change: writes past it fail with "database or disk is full").  Forks
+live in memory, so ``max_bytes`` also bounds each fork's memory.
 """
 
 from __future__ import annotations
@@ -81,8 +88,27 @@ class SqliteTools(Toolkit):
 ToolkitFactory = Callable[[sqlite3.Connection], Toolkit]
 
 
-def _memory() -> sqlite3.Connection:
-    return sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+_LOCKED_PRAGMAS = frozenset({"max_page_count", "page_size", "writable_schema", "trusted_schema", "mmap_size"})
+
+
+def _guard(action: int, arg1: str | None, arg2: str | None, *_: object) -> int:
+    """Authorizer: the limits on a connection are not the tools' to change."""
+    if action == sqlite3.SQLITE_PRAGMA and arg2 is not None and (arg1 or "").lower() in _LOCKED_PRAGMAS:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+def _confine(conn: sqlite3.Connection, max_bytes: int) -> sqlite3.Connection:
+    """No other database files (ATTACH, VACUUM INTO), at most ``max_bytes``, and tools cannot lift either."""
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    page = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page)}")
+    conn.set_authorizer(_guard)
+    return conn
+
+
+def _memory(max_bytes: int) -> sqlite3.Connection:
+    return _confine(sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None), max_bytes)
 
 
 class _Frozen:
@@ -143,8 +169,11 @@ def _backup(source: sqlite3.Connection, target: sqlite3.Connection, lock: thread
 class SqliteBackend:
     """A SQLite database file forked through the backup API.  See the module docstring."""
 
-    def __init__(self, path: Path, toolkit: ToolkitFactory = SqliteTools) -> None:
+    def __init__(self, path: Path, toolkit: ToolkitFactory = SqliteTools, *, max_bytes: int = 2**30) -> None:
+        if max_bytes <= 0:
+            raise ConfigError(f"max_bytes must be positive, not {max_bytes!r}")
         self.path = path
+        self.max_bytes = max_bytes
         self.live_token = new_token()
         self._factory = toolkit
         self._live: _Db | None = None
@@ -152,8 +181,8 @@ class SqliteBackend:
         self._sandboxes: set[SqliteSandbox] = set()
 
     @classmethod
-    async def open(cls, path: Path, toolkit: ToolkitFactory = SqliteTools) -> SqliteBackend:
-        backend = cls(path, toolkit)
+    async def open(cls, path: Path, toolkit: ToolkitFactory = SqliteTools, *, max_bytes: int = 2**30) -> SqliteBackend:
+        backend = cls(path, toolkit, max_bytes=max_bytes)
         await backend.start()
         return backend
 
@@ -170,7 +199,7 @@ class SqliteBackend:
         if not self.path.parent.is_dir():
             raise ConfigError(f"no folder for the database {self.path}")
         try:
-            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            conn = _confine(sqlite3.connect(self.path, check_same_thread=False, isolation_level=None), self.max_bytes)
         except sqlite3.Error as exc:
             raise SnapshotError(f"cannot open {self.path}: {exc}") from exc
         self._live = _Db(conn=conn, toolkit=self._factory(conn))
@@ -203,7 +232,7 @@ class SqliteBackend:
         ref = snapshot.ref
         if not isinstance(ref, SqliteRef) or ref.backend_id != id(self):
             raise SnapshotError("snapshot does not belong to this SQLite backend")
-        conn = _memory()
+        conn = _memory(self.max_bytes)
         try:
             await anyio.to_thread.run_sync(_backup, ref.frozen.conn, conn, ref.frozen.lock)
         except BaseException:
@@ -261,7 +290,7 @@ class SqliteBackend:
     async def _freeze(self, db: _Db) -> SqliteRef:
         if not db.dirty and db.cached is not None:
             return db.cached
-        copy = _memory()
+        copy = _memory(self.max_bytes)
         await anyio.to_thread.run_sync(_backup, db.conn, copy)
         db.cached = SqliteRef(frozen=_Frozen(copy), backend_id=id(self))
         db.dirty = False

@@ -5,8 +5,10 @@ Routes: ``GET /v1/models``, ``GET /v1/models/{id}``,
 counters: requests, completed, cancelled, active, prompt/cached/generated
 tokens, prefix-cache entries).  Every error is an OpenAI-style JSON body
 ``{"error": {"message", "type", "param", "code"}}`` with its HTTP status; an
-unexpected exception answers 500 and the server keeps serving.  Test it
-in-process through ``httpx.ASGITransport`` or over a socket with
+unexpected exception answers 500 and the server keeps serving.  A chat
+request's body is capped (``max_request_bytes``, 4 MiB by default): a larger
+one is answered 413 before it is read, so it costs neither time nor memory.
+Test it in-process through ``httpx.ASGITransport`` or over a socket with
 :class:`agentspec.serve.server.ServerThread`.
 """
 
@@ -27,18 +29,53 @@ from agentspec.serve.completions import CompletionResponse, prepare
 from agentspec.serve.engine import Engine
 from agentspec.serve.protocol import APIError
 
-__all__ = ["DEFAULT_MAX_TOKENS", "create_app"]
+__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "DEFAULT_MAX_TOKENS", "create_app", "read_body"]
 
 DEFAULT_MAX_TOKENS = 2048
 """Completion tokens when a request sets no ``max_tokens`` (small models can loop for a whole context)."""
+
+DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+"""The largest request body accepted (``--max-request-bytes``): a long agent conversation with tools is far below."""
 
 
 def _error(status: int, message: str, *, type: str, code: str | None = None) -> JSONResponse:
     return JSONResponse(APIError(status, message, type=type, code=code).body, status_code=status)
 
 
-def create_app(engines: dict[str, Engine], *, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> Starlette:
-    """The server app; ``engines`` maps each served model id to its engine."""
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request body; a 413 :class:`APIError` as soon as it is known to exceed ``max_bytes``.
+
+    A declared ``Content-Length`` over the cap is refused before anything is
+    read; a body without one (chunked) is read only up to the cap.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(int(declared), max_bytes)
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > max_bytes:
+            raise _too_large(size, max_bytes)
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _too_large(size: int, max_bytes: int) -> APIError:
+    return APIError(
+        413, f"the request body ({size} bytes or more) is larger than the server's limit of {max_bytes} bytes "
+        "(agentspec serve --max-request-bytes)", code="request_too_large",
+    )
+
+
+def create_app(
+    engines: dict[str, Engine], *, default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+) -> Starlette:
+    """The server app; ``engines`` maps each served model id to its engine.
+
+    ``max_request_bytes`` caps a chat request's body (larger ones get a 413).
+    """
     created = int(time.time())
 
     def model_card(model_id: str) -> dict[str, Any]:
@@ -57,8 +94,8 @@ def create_app(engines: dict[str, Engine], *, default_max_tokens: int = DEFAULT_
         return JSONResponse(model_card(name))
 
     async def chat(request: Request) -> Response:
-        body = await request.body()
         try:
+            body = await read_body(request, max_request_bytes)
             prepared = await anyio.to_thread.run_sync(prepare, body, engines, default_max_tokens)
         except APIError as exc:
             return JSONResponse(exc.body, status_code=exc.status)

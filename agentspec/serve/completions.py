@@ -27,7 +27,7 @@ from agentspec.serve.prompt import render_prompt
 from agentspec.serve.protocol import APIError, ChatRequest, parse_request
 from agentspec.serve.text import TextAssembler, ToolCallHoldback
 
-__all__ = ["CompletionResponse", "Prepared", "prepare"]
+__all__ = ["CompletionResponse", "PROBE_CHARS_PER_TOKEN", "Prepared", "check_prompt_size", "prepare"]
 
 Send = Any
 Receive = Any
@@ -58,14 +58,13 @@ def prepare(body: bytes, engines: dict[str, Engine], default_max_tokens: int) ->
     lm = engine.lm
     if request.tools_active and request.tools:
         check_tools(request.tools, lm.ll_tokenizer)
-    prompt = lm.encode(render_prompt(lm, request))
+    text = render_prompt(lm, request)
+    check_prompt_size(text, engine)
+    prompt = lm.encode(text)
     limit = request.token_limit
     room = lm.context_length - len(prompt)
     if room <= 0 or (limit is not None and limit > room):
-        raise APIError(
-            400, f"this model's maximum context length is {lm.context_length} tokens; the messages have "
-            f"{len(prompt)} and {limit or 1} more were requested", code="context_length_exceeded", param="messages",
-        )
+        raise _too_long(lm.context_length, f"{len(prompt)} and {limit or 1} more were requested")
     params = SamplingParams(
         max_tokens=min(limit or default_max_tokens, room), temperature=request.temperature, top_p=request.top_p,
         seed=request.seed, top_logprobs=request.top_logprobs or 0, ignore_eos=request.ignore_eos,
@@ -79,6 +78,52 @@ def prepare(body: bytes, engines: dict[str, Engine], default_max_tokens: int) ->
         constraint = GrammarConstraint(grammar, lm.ll_tokenizer, lm.vocab_size)
     context = engine.decoder.context(request) if engine.decoder is not None else None
     return Prepared(request, engine, prompt, params, constraint, context)
+
+
+PROBE_CHARS_PER_TOKEN = 8
+"""A prompt longer than this many characters per context token is first counted on a prefix of that length."""
+
+
+def check_prompt_size(text: str, engine: Engine) -> None:
+    """Reject (400 ``context_length_exceeded``) a prompt that cannot fit the context, tokenising at most a prefix.
+
+    Tokenising megabytes takes seconds and memory the process keeps, so a
+    prompt is measured before it is tokenised: no token stands for more than
+    ``engine.max_token_bytes`` bytes, which bounds the count from below
+    without tokenising anything; a text still long for its context is counted
+    on a prefix, cut where a whitespace run starts, so that the prefix's
+    tokens are tokens of the whole text too.  A smollm2 context (8,192 tokens,
+    at most 81 bytes each) rejects 700 kB unread and counts at most 64 k
+    characters of anything over 64 k characters.
+    """
+    limit = engine.lm.context_length
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= limit:  # every token stands for at least one byte
+        return
+    if size > limit * engine.max_token_bytes:
+        raise _too_long(limit, f"at least {size // engine.max_token_bytes} (the prompt is {size} bytes)")
+    probe = limit * PROBE_CHARS_PER_TOKEN
+    if len(text) > probe:
+        counted = len(engine.lm.encode(_prefix_before_space(text, probe)))
+        if counted > limit:
+            raise _too_long(limit, f"more than {counted}")
+
+
+def _prefix_before_space(text: str, length: int) -> str:
+    """At most ``length`` characters of ``text``, ending where a whitespace run starts (if there is one)."""
+    cut = length
+    while cut > 0 and not text[cut].isspace():
+        cut -= 1
+    while cut > 0 and text[cut - 1].isspace():
+        cut -= 1
+    return text[:cut] if cut > 0 else text[:length]
+
+
+def _too_long(limit: int, have: str) -> APIError:
+    return APIError(
+        400, f"this model's maximum context length is {limit} tokens; the messages have {have}",
+        code="context_length_exceeded", param="messages",
+    )
 
 
 def _tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypeVar
 
 import anyio
@@ -260,6 +261,15 @@ class Engine:
         self._running: list[Any] = []
         self.contexts: dict[str, Any] = {}
         """Decoder contexts of running requests by their ``agentspec_request_id`` (targets of hints)."""
+
+    @cached_property
+    def max_token_bytes(self) -> int:
+        """The most bytes one token stands for (bounds a prompt's token count from below without tokenising it)."""
+        decode = self.lm.ll_tokenizer.decode_bytes
+        ordinary = max(len(decode([token])) for token in range(self.lm.vocab_size))
+        # Special tokens match their text in a prompt ("<|im_start|>"), whatever they decode to.
+        special = max((len(text.encode()) for text in self.lm.tokenizer.all_special_tokens), default=1)
+        return max(1, ordinary, special)
 
     async def _locked(self, work: Callable[[], T]) -> T:
         async with self._lock:

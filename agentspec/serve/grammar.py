@@ -25,16 +25,52 @@ import numpy as np
 from agentspec.models.local import require
 from agentspec.serve.protocol import APIError, ToolDef
 
-__all__ = ["GrammarConstraint", "check_tools", "tool_grammar"]
+__all__ = ["GrammarConstraint", "check_tools", "rebased", "tool_grammar"]
 
 # Canonical JSON: what the tokenizer would produce for json.dumps output.
 _JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
 
 
+_ARGUMENTS = "#/properties/arguments"
+"""Where a tool's ``parameters`` sit inside the call schema built around them."""
+
+# Keywords whose values are maps from names to subschemas (a name such as "default" is not a keyword there).
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+# Keywords whose values are data, where a "$ref" key is not a reference.
+_DATA = frozenset({"const", "enum", "default", "examples"})
+
+
+def rebased(schema: Any, base: str = _ARGUMENTS) -> Any:
+    """``schema`` with every local ``$ref`` moved under ``base``, so it can be embedded in a larger schema.
+
+    A pydantic-generated schema refers to its ``$defs`` from its root; once
+    it is the ``arguments`` of a call schema, the root is the call's::
+
+        >>> rebased({"$defs": {"C": {"type": "string"}}, "properties": {"c": {"$ref": "#/$defs/C"}}})
+        {'$defs': {'C': {'type': 'string'}}, 'properties': {'c': {'$ref': '#/properties/arguments/$defs/C'}}}
+    """
+    if isinstance(schema, list):
+        return [rebased(item, base) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "$ref" and isinstance(value, str) and value.startswith("#"):
+            out[key] = base + value[1:]
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: rebased(sub, base) for name, sub in value.items()}
+        elif key in _DATA:
+            out[key] = value
+        else:
+            out[key] = rebased(value, base)
+    return out
+
+
 def _call_schema(tool: ToolDef) -> dict[str, Any]:
+    arguments = rebased(tool.function.parameters)
     return {
         "type": "object",
-        "properties": {"name": {"const": tool.function.name}, "arguments": tool.function.parameters},
+        "properties": {"name": {"const": tool.function.name}, "arguments": arguments},
         "required": ["name", "arguments"],
         "additionalProperties": False,
         "x-guidance": _JSON_OPTIONS,

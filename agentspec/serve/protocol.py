@@ -15,7 +15,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-__all__ = ["APIError", "ChatMessage", "ChatRequest", "FunctionDef", "ToolDef", "parse_request"]
+__all__ = [
+    "APIError", "ChatMessage", "ChatRequest", "FunctionDef", "MAX_TOKEN_COUNT", "SEED_RANGE", "ToolDef",
+    "parse_request",
+]
+
+
+SEED_RANGE = (-(2**63), 2**64 - 1)
+"""The seeds ``torch.Generator.manual_seed`` accepts; anything else would overflow inside the engine."""
+
+MAX_TOKEN_COUNT = 2**31 - 1
+"""An upper bound for token counts (no context is this long; the context check gives the precise message)."""
 
 
 class APIError(Exception):
@@ -94,11 +104,12 @@ class ChatRequest(_Lenient):
     tools: list[ToolDef] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedChoice | None = None
     parallel_tool_calls: bool | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=1.0, ge=0, le=2)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    seed: int | None = None
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKEN_COUNT)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKEN_COUNT)
+    temperature: float = Field(default=1.0, ge=0, le=2, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
+    seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
+    """Any value the sampler's generator takes (a 64-bit integer, signed or not)."""
     stop: str | list[str] | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -153,8 +164,16 @@ def parse_request(raw: bytes) -> ChatRequest:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise APIError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise APIError(400, "the request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object")
+    try:
+        # A "\ud800" escape decodes to a lone surrogate, which no tokenizer (nor UTF-8) can take.
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end]
+        raise APIError(400, f"the request body holds text that is not Unicode: {exc.reason} ({bad!a})") from None
     try:
         request = ChatRequest.model_validate(data)
     except ValidationError as exc:

@@ -7,6 +7,8 @@ prints one JSON line on stdout when it accepts requests::
     {"event": "ready", "base_url": "http://127.0.0.1:41234/v1", "models": ["smollm2-135m"]}
 
 and, after SIGINT/SIGTERM, a last JSON line with the per-model counters.
+Started by another process with ``AGENTSPEC_PARENT_PID`` set (the embedded
+backend), it dies with that process (:mod:`agentspec.serve.lifeline`).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import anyio
 from agentspec.errors import ConfigError
 from agentspec.models.local import load_model, require
 from agentspec.models.registry import resolve
-from agentspec.serve.app import DEFAULT_MAX_TOKENS, create_app
+from agentspec.serve.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TOKENS, create_app
 from agentspec.serve.engine import Engine
+from agentspec.serve.lifeline import exit_with_parent
 
 __all__ = ["ServerThread", "load_engines", "serve_command"]
 
@@ -84,11 +87,15 @@ def _base_url(sock: socket.socket) -> str:
 
 def serve_command(args: argparse.Namespace) -> dict[str, Any]:
     """``agentspec serve``: serve until interrupted; return the counters as the final JSON line."""
+    exit_with_parent()  # before the slow part: loading the models
     engines = load_engines(
         args.model, decoder=getattr(args, "decoder", "greedy"), sidecar=getattr(args, "sidecar", None)
     )
     sock = _bind(args.host, args.port)
-    server = _uvicorn_server(create_app(engines, default_max_tokens=args.max_tokens))
+    max_request_bytes = getattr(args, "max_request_bytes", None) or DEFAULT_MAX_REQUEST_BYTES
+    server = _uvicorn_server(
+        create_app(engines, default_max_tokens=args.max_tokens, max_request_bytes=max_request_bytes)
+    )
 
     async def main() -> None:
         async with anyio.create_task_group() as group:
@@ -126,9 +133,12 @@ class ServerThread:
             openai.OpenAI(base_url=srv.base_url, api_key="x")...
     """
 
-    def __init__(self, engines: dict[str, Engine], *, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+    def __init__(
+        self, engines: dict[str, Engine], *, default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    ) -> None:
         self.engines = engines
-        self._app = create_app(engines, default_max_tokens=default_max_tokens)
+        self._app = create_app(engines, default_max_tokens=default_max_tokens, max_request_bytes=max_request_bytes)
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None

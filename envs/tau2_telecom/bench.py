@@ -13,7 +13,6 @@ from agentspec.bench.tau2.orchestrator import AGENT_STOP_TOKEN, DONE_TOOL, Orche
 from agentspec.bench.tau2.parties import LLMParty, Script, ScriptedParty
 from agentspec.errors import AgentSpecError
 from agentspec.models import ModelClient
-from agentspec.env import StateSnapshot
 from agentspec.mining.library import MacroLibrary
 from agentspec.runtime.executor import CommittedStep, ExecutionLoop, ExecutorConfig
 from agentspec.runtime.latency import LatencyModel
@@ -227,18 +226,17 @@ class TelecomBench:
     ) -> Episode:
         """One solo episode through the speculative executor, scored like any other."""
         started = time.perf_counter()
-        env = self.environment(task, solo=True)
-        if resumed is not None and resumed.checkpoint is not None:
-            env = env.restore(StateSnapshot(data=resumed.checkpoint))
-        backend = InProcessBackend(env)
+        backend = InProcessBackend(self.environment(task, solo=True))
         executor = ExecutionLoop(
             backend, authority, speculator, config=config, macros=macros, latency=latency, log=log,
-            task_id=f"{task.id}#{trial}", checkpoint=lambda: backend.live.snapshot().data, prober=prober, spork=spork,
+            task_id=f"{task.id}#{trial}", prober=prober, spork=spork,
         )
+        if resumed is not None:
+            executor.resume(resumed)  # a log that cannot be trusted stops the run (exit 2), not just this episode
         error = evaluation = None
         trajectory = Trajectory(task_id=task.id)
         try:
-            result = await executor.run(resumed)
+            result = await executor.run()
             trajectory = steps_to_trajectory(task.id, result.steps, result.termination)
             evaluation = self.evaluate(task, trajectory, solo=True)
         except AgentSpecError as exc:

@@ -143,6 +143,17 @@ class TelecomEnvironment:
         carrier, phone = snapshot.load()
         return type(self)(carrier, phone, solo=self.solo)
 
+    def dump_state(self) -> dict[str, Any]:
+        """Both databases as JSON (run-log checkpoints: data, never pickle)."""
+        return {"carrier": self.carrier.db.model_dump(mode="json"), "phone": self.phone.db.model_dump(mode="json")}
+
+    def load_state(self, state: Any) -> Self:
+        """A new environment in a :meth:`dump_state` state; pydantic refuses anything else."""
+        if not isinstance(state, dict) or set(state) != {"carrier", "phone"}:
+            raise EnvError("a telecom state is an object with exactly 'carrier' and 'phone'")
+        carrier, phone = CarrierDB.model_validate(state["carrier"]), PhoneDB.model_validate(state["phone"])
+        return type(self)(carrier, phone, solo=self.solo)
+
     def state_digest(self) -> str:
         return hashlib.sha256(_canonical((self.carrier.db, self.phone.db)).encode()).hexdigest()
 

@@ -36,8 +36,11 @@ def workspace_program() -> SandboxProgram:
 async def open_workspace(kind: Kind = "overlay", source: Path | None = None, **options: Any) -> AsyncIterator[SnapshotBackend]:
     """A started workspace backend of ``kind`` seeded from ``source``; closed (and cleaned up) on exit.
 
-    ``options`` go to the backend: ``limits``, ``confine`` and ``scratch`` for
+    ``options`` go to the backend: ``limits``, ``confinement`` and ``scratch`` for
     overlay/copy; ``image``, ``limits``, ``commit_mode`` and ``client`` for Docker.
+    Overlay and copy need bubblewrap (``apt-get install bubblewrap``) and refuse to
+    start without it; ``confinement="none"`` runs the tools unconfined, an opt-in
+    every observation records (``isolation="unconfined"``).
     """
     program = workspace_program()
     backend: Any

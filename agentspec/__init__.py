@@ -16,7 +16,11 @@ from agentspec.errors import (
     ToolNotFound,
 )
 from agentspec.api import Executor, RunResult
+from agentspec.checkpoint import JsonState
+from agentspec.env import Environment, StateSnapshot
 from agentspec.models import ModelClient, ModelConfig
+from agentspec.runtime.policies import Decision, Policy
+from agentspec.snapshot import InProcessBackend, LineageBackend, Sandbox, SnapshotBackend
 from agentspec.tools import Toolkit, render_result, spec_from_function, tool
 from agentspec.types import (
     Effect,
@@ -35,9 +39,14 @@ __all__ = [
     "AgentSpecError",
     "ConfigError",
     "DataError",
+    "Decision",
     "Effect",
     "EnvError",
+    "Environment",
     "Executor",
+    "InProcessBackend",
+    "JsonState",
+    "LineageBackend",
     "Message",
     "ModelClient",
     "ModelConfig",
@@ -47,9 +56,13 @@ __all__ = [
     "ModelTimeout",
     "ModelUnavailable",
     "Observation",
+    "Policy",
     "ReplayMismatch",
     "RunResult",
+    "Sandbox",
+    "SnapshotBackend",
     "SnapshotError",
+    "StateSnapshot",
     "Step",
     "TerminationReason",
     "ToolCall",

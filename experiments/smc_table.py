@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentspec.cli import main as cli
-from agentspec.mining.library import MacroLibrary
+from agentspec.macros import MacroLibrary
 
 REPO = Path(__file__).resolve().parents[1]
 KEYS = ["tasks", "reward_mean", "mean_task_wall_s", "authority_calls", "authority_skipped", "commits_sa", "commits_macro",

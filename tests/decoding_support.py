@@ -11,11 +11,10 @@ import torch
 import transformers
 
 from agentspec.decoding.drafter import DraftState
+from agentspec.decoding.grammar import ToolDef, tool_grammar
 from agentspec.decoding.token_tree import TokenTree
 from agentspec.models.local import LocalModel, load_model
 from agentspec.models.registry import pull, resolve
-from agentspec.serve.grammar import tool_grammar
-from agentspec.serve.protocol import ToolDef
 
 SMOL = "smollm2-135m"
 QWEN = "qwen2.5-coder-0.5b"

@@ -236,3 +236,14 @@ PROCESS_LIST = (
     "            pass\n"
 )
 """A program printing every process's command line visible in its PID namespace."""
+
+
+SPAWN_200 = (  # a program that starts 200 processes and says how many it got before the pids limit refused one
+    "import subprocess\n"
+    "children = []\n"
+    "try:\n"
+    "    for _ in range(200):\n"
+    "        children.append(subprocess.Popen(['sleep', '60']))\n"
+    "except OSError as exc:\n"
+    "    print('refused after', len(children), type(exc).__name__)\n"
+)

@@ -16,18 +16,23 @@ from local_models import WEATHER_TOOLS
 
 import agentspec.decoding as decoding
 from agentspec.decoding import budget, drafter, json_prefix, recycling_drafter, retrieval_drafter, schema_drafter
-from agentspec.decoding import sidecar, stats, suffix_index, token_tree
+from agentspec.decoding import grammar, sidecar, stats, suffix_index, token_tree
 from agentspec.decoding.budget import DEFAULT_COST, AcceptanceModel, ForwardCost, prune
 from agentspec.decoding.decoder import ToolSpecDecoder, default_drafters
 from agentspec.decoding.drafter import DraftRequest, DraftState, HintBox
+from agentspec.decoding.generation import SamplingParams, TokenOut, TokenStream
+from agentspec.decoding.grammar import GrammarConstraint
 from agentspec.decoding.hint_drafter import HintDrafter
+from agentspec.decoding.plain import PlainGenerator
 from agentspec.decoding.recycling_drafter import RecyclingDrafter, prompt_lookup
 from agentspec.decoding.retrieval_drafter import CallHistory, RetrievalDrafter
 from agentspec.decoding.schema_drafter import SchemaDrafter
 from agentspec.decoding.stats import DraftStats
 from agentspec.decoding.suffix_index import SuffixAutomaton
 from agentspec.decoding.token_tree import TokenTree
-from agentspec.decoding.verifier import GreedyChooser, TargetSequence, Verifier
+from agentspec.decoding.greedy import GreedyChooser
+from agentspec.decoding.kv_cache import TargetSequence
+from agentspec.decoding.verifier import Verifier
 
 FUNCTIONS = [tool["function"] for tool in WEATHER_TOOLS]
 PROMPTS = ["Name three fruits.", "Write a haiku about rain.", "Say hello in French."]
@@ -54,7 +59,7 @@ def tiny(smol: Any) -> Any:
 
 def test_module_examples_run() -> None:
     for module in (token_tree, stats, drafter, json_prefix, suffix_index, schema_drafter, retrieval_drafter,
-                   recycling_drafter, sidecar, budget):
+                   recycling_drafter, sidecar, budget, grammar):
         assert doctest.testmod(module).failed == 0, module.__name__
     assert decoding.__all__ == sorted(decoding.__all__)
     assert all(hasattr(decoding, name) for name in decoding.__all__)
@@ -168,6 +173,48 @@ def test_tree_decoder_matches_plain_greedy_on_smollm(smol: Any) -> None:
             oracle = ToolSpecDecoder(smol, [OracleDrafter(answer, smol.vocab_size)], cost=None)
             result = oracle.generate(prompt, max_tokens=24)
             assert result.tokens == answer and result.stats.forwards < len(answer) / 2
+
+
+def _run(stream: TokenStream) -> list[TokenOut]:
+    while not stream.prefilled:
+        stream.prefill()
+    out: list[TokenOut] = []
+    finish = None
+    while finish is None:
+        tokens, finish = stream.decode()
+        out.extend(tokens)
+    stream.close()
+    return out
+
+
+@pytest.mark.parametrize("constrained", [False, True], ids=["free", "grammar"])
+def test_the_servers_plain_path_and_the_tree_decoder_make_the_same_greedy_choices(
+    smol: Any, tiny: Any, constrained: bool
+) -> None:
+    """One greedy chooser: the plain path (the server's default) and ToolSpec agree with independent greedy."""
+    prompt = chat_prompt(tiny, "What is the weather in Paris, in celsius?")
+    grammar = weather_grammar(smol, WEATHER_TOOLS) if constrained else None
+    answer = plain_greedy(tiny, prompt, 24, grammar)
+    constraint = GrammarConstraint(grammar, tiny.ll_tokenizer, tiny.vocab_size) if grammar is not None else None
+    stream = PlainGenerator().start(tiny, prompt, SamplingParams(max_tokens=24, top_logprobs=2), constraint=constraint)
+    plain = _run(stream)
+    assert [token.id for token in plain] == answer
+    tree = ToolSpecDecoder(tiny, [OracleDrafter(answer, tiny.vocab_size)], cost=None).generate(
+        prompt, max_tokens=24, grammar=grammar, top_logprobs=2)
+    assert tree.tokens == answer
+    assert [t.logprob for t in plain] == pytest.approx([c.logprob for c in tree.choices], abs=1e-4)
+    assert [t.top[0][0] for t in plain] == [c.top[0][0] for c in tree.choices]
+
+
+def test_the_plain_path_reuses_a_cached_prefix(tiny: Any) -> None:
+    """A stream started from another's key/values computes only the rest of the prompt, with the same answer."""
+    prompt = list(range(100, 140))
+    params = SamplingParams(max_tokens=8)
+    first = PlainGenerator().start(tiny, prompt, params)
+    answer = [token.id for token in _run(first)]
+    reused = PlainGenerator().start(tiny, prompt, params, reuse=(30, first.layers()))
+    assert reused.cached == 30 and reused.covered == prompt[:30]
+    assert [token.id for token in _run(reused)] == answer and reused.seq.forwards == 1 + len(answer) - 1
 
 
 def test_constrained_call_matches_plain_greedy_with_fewer_forwards(smol: Any) -> None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from toy_env import KVEnvironment
 from trio.testing import MockClock
 
-from agentspec.mining.library import Macro, MacroLibrary, MacroStep
+from agentspec.macros import Macro, MacroLibrary, MacroStep
 from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
 from agentspec.runtime.policies import Decision
 from agentspec.runtime.runlog import RunLog
@@ -187,6 +187,8 @@ def test_a_right_speculator_commits_and_macros_skip_the_authority():
     backend, sa = run_trio(go, "sa", None)
     assert [s.source for s in sa.steps] == ["sa"] * 5 + ["authority"]  # notify is external: never drafted ahead
     assert sa.metrics.wasted_tool_calls == 0 and backend.live.state == replay(sa.steps)
+    # A speculator that is always right hits at every depth it drafted to.
+    assert sa.metrics.predictions_by_depth[0] >= 5 and sa.metrics.hits_by_depth == sa.metrics.predictions_by_depth
     backend, smc = run_trio(go, "smc", library)
     assert [s.source for s in smc.steps] == ["sa", "sa", "macro", "macro", "sa", "authority"]
     assert smc.metrics.authority_skipped == 2 and smc.metrics.macro_firings == 1
@@ -217,6 +219,7 @@ def test_a_wrong_speculator_wastes_work_but_changes_nothing():
 
     backend, result = run_trio(go)
     assert result.metrics.drafts_discarded > 0
+    assert sum(result.metrics.predictions_by_depth) > sum(result.metrics.hits_by_depth)
     assert backend.live.state == replay(result.steps)
     assert [s.call for s in result.steps] == SCRIPT
 

@@ -14,14 +14,15 @@ from scipy.stats import beta
 from scripted_openai_server import ScriptedOpenAIServer
 
 from agentspec.cli import main
+from agentspec.macros import Macro, MacroLibrary, MacroStep, lower_bound
 from agentspec.mining.candidates import Candidate, enumerate_candidates, graph_statistics, transition_graph
 from agentspec.mining.filter import FilterConfig, macro_score, select
 from agentspec.mining.labelling import Label, ReplaySandboxes, label_candidates, sample_continuations, training_states
-from agentspec.mining.library import Macro, MacroLibrary, MacroStep, lower_bound
 from agentspec.mining.normalize import Normalizer, patterns_from_table
 from agentspec.mining.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_results
 from agentspec.runtime.policies import Decision, History, gold_pointer
-from agentspec.types import Observation, ToolCall
+from agentspec.snapshot import InProcessBackend, Snapshot
+from agentspec.types import Effect, Observation, ToolCall, ToolSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "macros" / "tau2-telecom.json"
@@ -296,13 +297,125 @@ def test_user_calls_of_a_normal_mode_run_are_not_the_agents(tmp_path):
 def test_gold_replay_and_draft_sandboxes(bench):
     [trajectory] = gold_trajectories(bench, "test")[:1]
     assert all(obs is not None and not obs.error for _, obs in trajectory.steps)
-    sandboxes = ReplaySandboxes(lambda t: bench.environment(bench.task(t.task_id), solo=True))
     second = trajectory.calls[1]
-    first_fork = sandboxes(trajectory, 0)(second)
-    other_fork = sandboxes(trajectory, 0)(second)
+
+    async def two_forks() -> tuple[Observation | None, Observation | None]:
+        async with ReplaySandboxes(lambda t: InProcessBackend(bench.environment(bench.task(t.task_id), solo=True))) as sandboxes:
+            async with sandboxes(trajectory, 0) as first, sandboxes(trajectory, 0) as other:
+                return await first(second), await other(second)
+
+    first_fork, other_fork = anyio.run(two_forks)
     # A fork at the state after step 0 sees what the reference saw, and forks do not see each other's drafts.
     assert first_fork is not None and other_fork is not None
     assert first_fork.content == other_fork.content == trajectory.steps[1][1].content
+
+
+@dataclass
+class LedgerSandbox:
+    id: str
+    lineage: tuple[str, ...]
+    token: str
+    entries: tuple[int, ...]
+    backend: LedgerBackend
+
+    async def execute(self, call: ToolCall, requestor: str = "assistant") -> Observation:
+        observation, self.entries = self.backend.apply(call, self.entries)
+        if call.name != "total":
+            self.token = self.backend.new_token()
+        return observation
+
+
+class LedgerBackend:
+    """A snapshot backend with no :class:`agentspec.env.Environment` behind it (its state is a tuple of numbers):
+    labelling may use nothing but the protocol."""
+
+    def __init__(self) -> None:
+        self.entries: tuple[int, ...] = ()
+        self.tokens = 0
+        self.live_token = self.new_token()
+        self.open_forks: set[str] = set()
+        self.forks_made = 0
+        self.sent: list[ToolCall] = []
+        self.closed = False
+
+    def new_token(self) -> str:
+        self.tokens += 1
+        return f"t{self.tokens}"
+
+    def apply(self, call: ToolCall, entries: tuple[int, ...]) -> tuple[Observation, tuple[int, ...]]:
+        if call.name == "add":
+            entries = (*entries, int(call.arguments["n"]))
+        elif call.name == "notify":
+            self.sent.append(call)
+        return Observation(call_id=call.id, name=call.name, content=str(sum(entries))), entries
+
+    def tool_specs(self, requestor: str = "assistant") -> list[ToolSpec]:
+        return []
+
+    def effect(self, name: str) -> Effect:
+        return {"total": Effect.READ_ONLY, "notify": Effect.EXTERNAL}.get(name, Effect.MUTATING)
+
+    async def execute(self, call: ToolCall, requestor: str = "assistant") -> Observation:
+        observation, self.entries = self.apply(call, self.entries)
+        self.live_token = self.new_token()
+        return observation
+
+    async def snapshot(self, source: LedgerSandbox | None = None) -> Snapshot:
+        if source is None:
+            return Snapshot(ref=self.entries, lineage=(self.live_token,))
+        return Snapshot(ref=source.entries, lineage=(*source.lineage, source.token))
+
+    async def fork(self, snapshot: Snapshot) -> LedgerSandbox:
+        self.forks_made += 1
+        box = LedgerSandbox(f"f{self.forks_made}", snapshot.lineage, snapshot.token, snapshot.ref, self)
+        self.open_forks.add(box.id)
+        return box
+
+    async def commit(self, sandbox: LedgerSandbox) -> None:
+        raise AssertionError("labelling never commits a draft")
+
+    async def discard(self, sandbox: LedgerSandbox) -> None:
+        self.open_forks.discard(sandbox.id)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class AddThenTotal:
+    """Drafts add(10), total, notify; records the observations its drafts got."""
+
+    seen: list[str | None]
+    simulated: bool = True
+
+    async def decide(self, history: History) -> Decision:
+        drafted = [call for call, _ in history if call.name != "add" or call.arguments["n"] == 10]
+        if drafted and drafted[-1].name == "total":
+            self.seen.append(history[-1][1].content if history[-1][1] is not None else None)
+        script = [ToolCall(name="add", arguments={"n": 10}), ToolCall(name="total"), ToolCall(name="notify")]
+        return Decision(call=script[len(drafted)] if len(drafted) < len(script) else None)
+
+
+def test_labelling_forks_through_any_snapshot_backend():
+    trajectory = MinedTrajectory("t", "test", (step("add", "1", n=1), step("add", "3", n=2)))
+    backend = LedgerBackend()
+    seen: list[list[str | None]] = []
+
+    def speculator(t: MinedTrajectory, sample: int) -> AddThenTotal:
+        seen.append([])
+        return AddThenTotal(seen[-1])
+
+    async def label() -> dict:
+        async with ReplaySandboxes(lambda t: backend) as sandboxes:
+            return await sample_continuations([trajectory], [(0, 0), (0, 1)], speculator, samples=3, depth=4,
+                                              sandboxes=sandboxes, concurrency=4)
+
+    continuations = anyio.run(label)
+    assert all(len(c) == 3 for chains in continuations.values() for c in chains)
+    # Each sample drafts in its own fork of its state: after step 0 (1) or step 1 (1+2), plus its own add(10).
+    assert sorted(v for values in seen for v in values) == ["11"] * 3 + ["13"] * 3
+    assert backend.entries == (1, 2) and not backend.sent  # nothing reached live state; external drafts never ran
+    assert backend.forks_made == 6 and not backend.open_forks and backend.closed
 
 
 # --------------------------------------------------------------------------- the command

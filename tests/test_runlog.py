@@ -20,7 +20,7 @@ from toy_env import KVEnvironment
 
 from agentspec import Executor
 from agentspec.errors import ConfigError
-from agentspec.mining.library import Macro, MacroLibrary, MacroStep
+from agentspec.macros import Macro, MacroLibrary, MacroStep
 from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
 from agentspec.runtime.runlog import RunLog
 from agentspec.snapshot import InProcessBackend

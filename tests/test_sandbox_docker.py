@@ -13,7 +13,7 @@ from typing import Any
 
 import docker.errors
 import pytest
-from sandbox_support import REPO, C, read_tree, unavailable
+from sandbox_support import REPO, SPAWN_200, C, read_tree, unavailable
 
 from agentspec.cli import main
 from agentspec.sandbox._docker import BACKEND, OWNER, sweep
@@ -53,17 +53,8 @@ async def test_containers_are_locked_down(docker_client: Any, dev_image: str) ->
 
 
 async def test_pids_limit_is_enforced(docker_client: Any, dev_image: str) -> None:
-    code = (
-        "import subprocess\n"
-        "children = []\n"
-        "try:\n"
-        "    for _ in range(200):\n"
-        "        children.append(subprocess.Popen(['sleep', '60']))\n"
-        "except OSError as exc:\n"
-        "    print('refused after', len(children), type(exc).__name__)\n"
-    )
     async with _backend(docker_client, dev_image, limits=Limits(pids=40)) as backend:
-        obs = await backend.execute(C("run_python", code=code))
+        obs = await backend.execute(C("run_python", code=SPAWN_200))
         assert "refused after" in obs.content, obs.content
         assert int(obs.content.split()[2]) < 40
         # ... and every one of those processes died with the call.

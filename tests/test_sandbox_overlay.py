@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_support import REPO, C, host_processes, needs_bwrap, read_tree, require_bwrap  # noqa: F401 - fixture
+from sandbox_support import REPO, SPAWN_200, C, host_processes, needs_bwrap, read_tree, require_bwrap  # noqa: F401 - fixture
 
 from agentspec.errors import ConfigError, SnapshotError
 from agentspec.sandbox import _mounts
@@ -70,7 +70,7 @@ async def test_deep_stacks_are_squashed_without_changing_the_state(tmp_path: Pat
             "dir8/f8.txt": "x" * 100,
             "dir9/f9.txt": "x" * 100,
         }
-        assert backend._live is not None and len(backend._live.layers) <= 3
+        assert len(backend._require_live().layers) <= 3
 
 
 @jailed
@@ -299,17 +299,8 @@ async def test_disk_limit_is_enforced(tmp_path: Path, mode: str) -> None:
 
 @jailed
 async def test_pids_limit_is_enforced(tmp_path: Path) -> None:
-    code = (
-        "import subprocess\n"
-        "children = []\n"
-        "try:\n"
-        "    for _ in range(200):\n"
-        "        children.append(subprocess.Popen(['sleep', '60']))\n"
-        "except OSError as exc:\n"
-        "    print('refused after', len(children), type(exc).__name__)\n"
-    )
     async with OverlayBackend(workspace_program(), None, mode="copy", limits=Limits(pids=40)) as backend:
-        obs = await backend.execute(C("run_python", code=code))
+        obs = await backend.execute(C("run_python", code=SPAWN_200))
         assert "refused after" in obs.content, obs.content
         assert int(obs.content.split()[2]) < 40
     assert host_processes("sleep 60") == []

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+from contextlib import aclosing
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 
+from agentspec.decoding.generation import Generator, RequestContext, SamplingParams, TokenOut, TokenStream
+from agentspec.decoding.grammar import GrammarConstraint
+from agentspec.decoding.kv_cache import Reuse
+from agentspec.decoding.plain import PlainGenerator
 from agentspec.models import extract_tool_calls
-from agentspec.serve.engine import PrefixCache
+from agentspec.models.local import LocalModel
+from agentspec.serve.engine import Engine, PrefixCache
 from agentspec.serve.protocol import APIError, parse_request
 from agentspec.serve.text import TextAssembler, ToolCallHoldback
 
@@ -96,7 +107,7 @@ def test_request_validation_is_a_400(body: bytes) -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["agentspec.serve", "agentspec.serve.app", "agentspec.serve.engine", "agentspec.serve.grammar",
+    ["agentspec.serve", "agentspec.serve.app", "agentspec.serve.engine", "agentspec.decoding.grammar",
      "agentspec.serve.completions", "agentspec.serve.protocol", "agentspec.serve.text", "agentspec.serve.prompt",
      "agentspec.serve.server", "agentspec.serve.lifeline", "agentspec.models.registry", "agentspec.models.local",
      "agentspec.models.embedded"],
@@ -105,3 +116,91 @@ def test_all_names_exist(module: str) -> None:
     loaded = importlib.import_module(module)
     for name in loaded.__all__:
         assert hasattr(loaded, name), f"{module}.{name}"
+
+
+def test_the_token_level_imports_nothing_of_the_server() -> None:
+    """``agentspec.decoding`` owns the grammar, the chooser and the cache: the server builds on it, never the reverse."""
+    package = Path(__file__).resolve().parents[1] / "agentspec" / "decoding"
+    offenders = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.name}:{node.lineno} {name}" for name in names if name.startswith("agentspec.serve")]
+    assert offenders == []
+
+
+class FakeStream:
+    """Test fake of a TokenStream: echoes a scripted answer, one token per step, and records its life."""
+
+    def __init__(self, prompt: list[int], reuse: Reuse, answer: list[int], log: list[str]) -> None:
+        self.cached = reuse[0]
+        self.covered = list(prompt[: self.cached])
+        self._pending = list(prompt[self.cached :])
+        self._answer = list(answer)
+        self._log = log
+
+    @property
+    def prefilled(self) -> bool:
+        return not self._pending
+
+    def layers(self) -> list[tuple[Any, Any]]:
+        n = len(self.covered)
+        return [(np.zeros((1, 1, n, 2)), np.zeros((1, 1, n, 2)))]
+
+    def prefill(self) -> None:
+        self.covered += self._pending
+        self._pending = []
+
+    def decode(self) -> tuple[list[TokenOut], str | None]:
+        token = self._answer.pop(0)
+        self.covered.append(token)
+        return [TokenOut(id=token, logprob=0.0)], None if self._answer else "length"
+
+    def close(self) -> None:
+        self._log.append("closed")
+
+
+class FakeGenerator:
+    """Test fake of the Generator protocol: every request answers ``answer``."""
+
+    def __init__(self, answer: list[int]) -> None:
+        self.answer = answer
+        self.log: list[str] = []
+        self.reused: list[int] = []
+
+    def context(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]],
+                hints: list[str]) -> RequestContext | None:
+        return None
+
+    def start(
+        self, lm: LocalModel, prompt: list[int], params: SamplingParams, *, reuse: Reuse = (0, []),
+        constraint: GrammarConstraint | None = None, prefill_chunk: int = 2048,
+        context: RequestContext | None = None,
+    ) -> TokenStream:
+        self.reused.append(reuse[0])
+        return FakeStream(prompt, reuse, self.answer, self.log)
+
+
+def test_the_engine_drives_any_generator_through_the_protocol() -> None:
+    """Steps to the end, closes every stream (finished or dropped), and hands its cache to the next request."""
+    fake = FakeGenerator([7, 8, 9])
+    assert isinstance(fake, Generator) and isinstance(PlainGenerator(), Generator)
+    engine = Engine(SimpleNamespace(), decoder=fake)  # type: ignore[arg-type]  # the fake never touches a model
+    params = SamplingParams(max_tokens=3)
+
+    async def run(prompt: list[int], steps: int) -> list[tuple[list[int], str | None]]:
+        seen = []
+        async with aclosing(engine.generate(prompt, params)) as stream:
+            async for tokens, finish in stream:
+                seen.append(([t.id for t in tokens], finish))
+                if len(seen) == steps:
+                    break
+        return seen
+
+    assert anyio.run(run, [1, 2, 3], 3) == [([7], None), ([8], None), ([9], "length")]
+    assert anyio.run(run, [1, 2, 3, 7, 8, 9, 4], 1) == [([7], None)]  # the client stops after one step
+    assert fake.log == ["closed", "closed"] and fake.reused == [0, 6]
+    # The second request's cache supersedes the first's, of which it is a continuation.
+    assert engine.stats.active == 0 and [e.tokens.tolist() for e in engine.prefix_cache._entries] == [
+        [1, 2, 3, 7, 8, 9, 4, 7]]

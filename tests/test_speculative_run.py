@@ -9,7 +9,7 @@ import pytest
 from scripted_openai_server import ScriptedOpenAIServer
 
 from agentspec.cli import main
-from agentspec.mining.library import Macro, MacroLibrary, MacroStep
+from agentspec.macros import Macro, MacroLibrary, MacroStep
 
 AIRPLANE = "[service_issue]airplane_mode_on[PERSONA:None]"
 SHIPPED = Path(__file__).resolve().parents[1] / "macros" / "tau2-telecom.json"

@@ -17,7 +17,8 @@ from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig, parse_mode
 from agentspec.runtime.latency import LatencyModel, ModelLatency, ToolLatency
 from agentspec.runtime.policies import Decision, OracleAuthority
 from agentspec.runtime.probe import ProbeResult, confidence, parse_probe, schema_errors
-from agentspec.runtime.spork import SporkConfig
+from agentspec.runtime.metrics import ExecutionMetrics, Timeline
+from agentspec.runtime.spork import Spork, SporkConfig
 from agentspec.snapshot import InProcessBackend, InProcessSandbox
 from agentspec.types import ToolCall, ToolSpec
 
@@ -81,6 +82,46 @@ def run_loop(prober, *, mode="sequential", backend=None, spork=None, latency=LAT
         return live, await loop.run()
 
     return run_trio(go)
+
+
+@dataclass
+class BareHost:
+    """The smallest loop SPORK can work with: only what :class:`agentspec.runtime.spork.SporkHost` declares."""
+
+    backend: InProcessBackend
+    latency: LatencyModel | None = field(default_factory=lambda: LATENCY)
+    metrics: ExecutionMetrics = field(default_factory=ExecutionMetrics)
+    timeline: Timeline = field(default_factory=Timeline)
+    steps: list = field(default_factory=list)
+    committed: list = field(default_factory=list)
+
+    def chain_head(self):
+        return None
+
+    def since_start(self, at):
+        return at
+
+    async def run_tool(self, execute, call, lane):
+        return await execute(call)
+
+    async def commit(self, drafts, source, confirmed=None, macro_id=None):
+        await self.backend.commit(drafts[-1].sandbox)
+        self.committed.append((confirmed, source, drafts[-1].observation.content))
+
+
+def test_spork_needs_nothing_of_the_loop_but_its_declared_host():
+    async def go():
+        host = BareHost(InProcessBackend(KVEnvironment()))
+        spork = Spork(host, ScriptedProber(SCRIPT), SporkConfig(cost_model=False))
+        async with anyio.create_task_group() as group:
+            decision = await spork.decide(OracleAuthority(SCRIPT), [], group)
+            hit = await spork.settle(decision.call)
+        return host, decision, hit
+
+    host, decision, hit = run_trio(go)
+    assert hit and host.committed == [(SCRIPT[0], "spork", "ok")]
+    assert host.backend.live.state["journal"] == ["put a 1"]  # the dispatched fork became live, run once
+    assert host.metrics.commits_spork == 1 and [e.lane for e in host.timeline.events] == ["probe"]
 
 
 def test_parse_mode():

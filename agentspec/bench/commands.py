@@ -12,11 +12,13 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from agentspec.user_files import out_dir, read_user_file
 from agentspec.bench.registry import bench_class, data_spec
 from agentspec.bench.roles import open_clients, plan_roles, role_given
 from agentspec.bench.runner import raise_if_endpoint_dead, run_jobs, summarize
 from agentspec.data import pull, resolve_data_dir
 from agentspec.errors import ConfigError
+from agentspec.report.load import RESULTS_FORMAT
 from agentspec.types import ToolCall
 
 
@@ -39,27 +41,6 @@ class BatchRecord(BaseModel):
 
 
 _ACTIONS = TypeAdapter(list[ActionSpec])
-
-
-def read_user_file(path: str | Path, what: str) -> str:
-    """The UTF-8 text of a file the user named; :class:`ConfigError` (one line) when it cannot be read or decoded."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
-
-
-def out_dir(path: str | None) -> Path | None:
-    """``--out``: a folder to create or reuse; :class:`ConfigError` when a file is in the way."""
-    if path is None:
-        return None
-    out = Path(path)
-    for parent in (out, *out.parents):
-        if parent.exists() and not parent.is_dir():
-            raise ConfigError(f"--out {path}: {parent} is a file, not a folder")
-    return out
 
 
 def _read_actions(path: str) -> list[ActionSpec]:
@@ -160,6 +141,8 @@ async def _run_oracle(bench: Any, args: argparse.Namespace, jobs: list[tuple[Any
 
 
 def run_command(args: argparse.Namespace) -> dict[str, Any]:
+    if args.report and not args.out:
+        raise ConfigError("--report needs --out DIR: the report is written to DIR/report.html")
     if getattr(args, "mode", None):
         from agentspec.bench.speculative import speculative_run_command
 
@@ -182,9 +165,13 @@ def run_command(args: argparse.Namespace) -> dict[str, Any]:
     summary |= summarize(episodes, time.perf_counter() - started)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        results = {"summary": summary, "episodes": [e.record() for e in episodes]}
+        results = {"format": RESULTS_FORMAT, "summary": summary, "episodes": [e.record() for e in episodes]}
         (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
         summary["results"] = str(out / "results.json")
+        if args.report:
+            from agentspec.report.command import report_after_run
+
+            summary["report"] = report_after_run(out)
     raise_if_endpoint_dead(episodes)
     return summary
 

@@ -24,13 +24,14 @@ from typing import Any
 
 import anyio
 
-from agentspec.bench.commands import out_dir, read_user_file
+from agentspec.user_files import out_dir, read_user_file
 from agentspec.bench.registry import bench_class, shipped_macros
 from agentspec.bench.roles import open_clients, plan_roles, role_given
 from agentspec.bench.runner import raise_if_endpoint_dead, run_jobs, summarize
 from agentspec.errors import ConfigError
-from agentspec.mining.library import MacroLibrary
+from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
+from agentspec.report.load import RESULTS_FORMAT
 from agentspec.runtime.executor import MODES, ExecutorConfig, parse_mode
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.metrics import ExecutionMetrics, aggregate
@@ -266,16 +267,21 @@ def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
     summary["run_wall_s"] = round(time.perf_counter() - started, 3)
     if args.baseline:
         summary["vs_baseline"] = _against_baseline(Path(args.baseline), summaries)
+    if args.macros_out and setup.macros is not None:
+        summary["macros_out"] = args.macros_out  # in results.json too: a report shows the library after the run
     if setup.out:
         setup.out.mkdir(parents=True, exist_ok=True)
-        dump = {"summary": summary, "episodes": {m: [e.record() for e in r["episodes"]] for m, r in results.items()}}
+        dump = {"format": RESULTS_FORMAT, "summary": summary, "episodes": {m: [e.record() for e in r["episodes"]] for m, r in results.items()}}
         (setup.out / "results.json").write_text(json.dumps(dump, indent=1), encoding="utf-8")
         summary["results"] = str(setup.out / "results.json")
     raise_if_endpoint_dead([e for r in results.values() for e in r["episodes"]])
     if args.macros_out and setup.macros is not None:
         setup.macros.provenance["online_updates"] = {"runs": setup.modes, "split": args.split}
         setup.macros.save(args.macros_out)
-        summary["macros_out"] = args.macros_out
+    if args.report and setup.out:  # after the library is saved: the report reads it back
+        from agentspec.report.command import report_after_run
+
+        summary["report"] = report_after_run(setup.out)
     if args.timeline:
         from agentspec.runtime.timeline import plot_timeline
 

@@ -77,7 +77,7 @@ DEFAULT_COST = ForwardCost((1, 2, 4, 8, 16, 32, 64), (1.0, 1.0, 1.02, 1.25, 1.6,
 def measure_cost(lm: Any, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), *, context: int = 256,
                  repeats: int = 3) -> ForwardCost:
     """Time tree forwards of ``sizes`` tokens after a ``context``-token prefix (median of ``repeats``)."""
-    from agentspec.decoding.verifier import TargetSequence
+    from agentspec.decoding.kv_cache import TargetSequence
 
     seq = TargetSequence(lm)
     seq.prefill(list(range(100, 100 + context)))

@@ -32,9 +32,11 @@ from typing import Any
 
 from agentspec.decoding.budget import DEFAULT_COST, AcceptanceModel, ForwardCost, prune
 from agentspec.decoding.drafter import DraftRequest, Drafter, DraftState, HintBox
+from agentspec.decoding.greedy import NEAR_TIE, Choice, GreedyChooser
+from agentspec.decoding.kv_cache import Reuse, TargetSequence
 from agentspec.decoding.stats import DraftStats
 from agentspec.decoding.token_tree import DEFAULT_BUDGET, TokenTree
-from agentspec.decoding.verifier import NEAR_TIE, Choice, GreedyChooser, NearTie, TargetSequence, Verifier
+from agentspec.decoding.verifier import NearTie, Verifier
 from agentspec.models.local import LocalModel, require
 
 __all__ = ["DecodeResult", "Generation", "ToolSpecDecoder", "default_drafters"]
@@ -95,20 +97,21 @@ class ToolSpecDecoder:
 
     def start(
         self, prompt: Sequence[int], *, max_tokens: int, grammar: str | None = None, matcher: Any = None,
-        tools: Sequence[dict[str, Any]] = (), hints: Sequence[str] = (), ignore_eos: bool = False,
-        top_logprobs: int = 0, reuse: tuple[int, list[tuple[Any, Any]]] = (0, []), messages: Any = None,
+        tools: Sequence[dict[str, Any]] = (), hints: Sequence[str] = (), hint_box: HintBox | None = None,
+        ignore_eos: bool = False, top_logprobs: int = 0, reuse: Reuse = (0, []), messages: Any = None,
         prefill_chunk: int | None = None,
     ) -> Generation:
         """Open one request.  ``grammar`` (llguidance) or an existing ``matcher`` constrains the output.
 
         ``reuse`` = (cached tokens, per-layer key/values) starts from a prefix
-        cache entry; ``messages`` (chat messages) give the sidecar the question.
+        cache entry; ``messages`` (chat messages) give the sidecar the question;
+        ``hint_box`` is the request's box when hints may arrive before it starts.
         """
         if matcher is None and grammar is not None:
             matcher = require("llguidance").LLMatcher(self.lm.ll_tokenizer, grammar)
             if matcher.is_error():
                 raise ValueError(f"cannot build the grammar: {matcher.get_error()}")
-        box = HintBox()
+        box = hint_box if hint_box is not None else HintBox()
         for text in hints:
             box.put(text, source="hint.client")
         request = DraftRequest(self.lm, tuple(prompt), tuple(tools), grammar, box, question=_question(messages))
@@ -139,7 +142,7 @@ class Generation:
 
     def __init__(
         self, decoder: ToolSpecDecoder, request: DraftRequest, matcher: Any, max_tokens: int, ignore_eos: bool,
-        top_logprobs: int, reuse: tuple[int, list[tuple[Any, Any]]], prefill_chunk: int,
+        top_logprobs: int, reuse: Reuse, prefill_chunk: int,
     ) -> None:
         self.decoder = decoder
         self.request = request

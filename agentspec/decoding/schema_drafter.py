@@ -2,7 +2,7 @@
 
 Most of a tool call is fixed by its schema: ``<tool_call>\\n{"name": "``, the
 separators, the keys of required parameters.  The drafter follows the
-request's llguidance grammar (the server's :func:`~agentspec.serve.grammar.tool_grammar`):
+request's llguidance grammar (:func:`~agentspec.decoding.grammar.tool_grammar`, the server's too):
 
 1. the tokens the grammar forces from here (``compute_ff_tokens``), then the
    forced bytes that no single token covers yet (``compute_ff_bytes``,
@@ -43,6 +43,7 @@ from dataclasses import replace
 from typing import Any
 
 from agentspec.decoding.drafter import DraftRequest, DraftState, tokens_in_context
+from agentspec.decoding.grammar import tool_defs, tool_grammar
 from agentspec.decoding.json_prefix import JsonContext, analyze, find_call_start, schema_at
 from agentspec.decoding.token_tree import TokenTree
 from agentspec.models.local import require
@@ -360,10 +361,7 @@ def _call_matcher(request: DraftRequest, call_text: str) -> Any:
     """A matcher of the tool grammar that has read ``call_text`` (the JSON written so far), or None."""
     grammar = request.memo.get("schema.follower")
     if grammar is None:
-        from agentspec.serve.grammar import tool_grammar
-        from agentspec.serve.protocol import ToolDef
-
-        defs = [ToolDef.model_validate({"type": "function", "function": tool}) for tool in request.tools]
+        defs = tool_defs(request.tools)
         grammar = request.memo["schema.follower"] = tool_grammar(defs, ll_tokenizer=request.lm.ll_tokenizer)
     # Silent: output that is not a call (free text, a malformed call) is an expected miss here, not a warning.
     matcher = require("llguidance").LLMatcher(request.lm.ll_tokenizer, grammar, log_level=0)

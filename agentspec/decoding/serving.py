@@ -1,10 +1,11 @@
 """The ToolSpec decoder as the server's decoding path (``agentspec serve --decoder toolspec``).
 
-:class:`ServingDecoder` is what :class:`agentspec.serve.engine.Engine` takes as
-``decoder=``: for each greedy request (temperature 0) it opens a
-:class:`~agentspec.decoding.decoder.Generation` stepped by the engine exactly
-like its own generations (same lock, prefix cache, cancellation); sampled
-requests keep the engine's own path.
+:class:`ServingDecoder` is a :class:`~agentspec.decoding.generation.Generator`
+(the protocol :class:`agentspec.serve.engine.Engine` drives): each greedy
+request (temperature 0) with a context runs as a
+:class:`~agentspec.decoding.decoder.Generation`, stepped by the engine exactly
+like plain generations (same lock, prefix cache, cancellation); sampled
+requests take the plain path (:class:`~agentspec.decoding.plain.PlainGenerator`).
 
 Per request, the response's ``usage`` carries an extra field
 ``agentspec_decoding`` (target forwards, tokens per forward, drafted and
@@ -16,45 +17,22 @@ text", ...]`` (OpenAI SDK: ``extra_body={"agentspec_hints": [...]}``); they
 join the draft tree as branches and are never waited for (see
 :mod:`agentspec.decoding.hint_drafter`).  In-process callers (a SPORK probe
 running beside the authority) can also put hints while the request runs:
-:meth:`RequestContext.put_hint` from any thread.
+:meth:`~agentspec.decoding.generation.RequestContext.put_hint` from any thread.
 """
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 from agentspec.decoding.decoder import Generation, ToolSpecDecoder
-from agentspec.decoding.drafter import Hint
-from agentspec.decoding.stats import DraftStats
+from agentspec.decoding.drafter import HintBox
+from agentspec.decoding.generation import RequestContext, SamplingParams, TokenOut, TokenStream
+from agentspec.decoding.grammar import GrammarConstraint
+from agentspec.decoding.kv_cache import Reuse
+from agentspec.decoding.plain import PlainGenerator
 from agentspec.models.local import LocalModel
 
-__all__ = ["RequestContext", "ServingDecoder", "toolspec_decoder"]
-
-
-@dataclass(eq=False)
-class RequestContext:
-    """What the decoder needs from one chat request, and where its statistics end up."""
-
-    tools: list[dict[str, Any]]
-    messages: list[dict[str, Any]]
-    hints: list[str] = field(default_factory=list)
-    stats: DraftStats | None = None
-    generation: Generation | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _late: list[Hint] = field(default_factory=list, repr=False)
-
-    def put_hint(self, text: str, source: str = "hint.spork") -> None:
-        """Add a hint now or, before the generation starts, as soon as it does (never blocks decoding)."""
-        with self._lock:
-            if self.generation is None:
-                self._late.append(Hint(text, source))
-                return
-        self.generation.hints.put(text, source)
-
-    def usage(self) -> dict[str, Any] | None:
-        return self.stats.as_dict() if self.stats is not None else None
+__all__ = ["ServingDecoder", "ToolSpecStream", "toolspec_decoder"]
 
 
 class ServingDecoder:
@@ -62,41 +40,37 @@ class ServingDecoder:
 
     def __init__(self, decoder: ToolSpecDecoder) -> None:
         self.decoder = decoder
+        self.plain = PlainGenerator()
 
-    def context(self, request: Any) -> RequestContext:
-        """The context of a validated :class:`~agentspec.serve.protocol.ChatRequest`."""
-        tools = [tool.function.model_dump(exclude_none=True) for tool in request.tools or []] \
-            if request.tools_active else []
-        messages = [{"role": m.role, "content": m.text()} for m in request.messages]
-        return RequestContext(tools=tools, messages=messages, hints=list(getattr(request, "agentspec_hints", None) or []))
+    def context(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]],
+                hints: list[str]) -> RequestContext:
+        box = HintBox()
+        for text in hints:
+            box.put(text, source="hint.client")
+        return RequestContext(tools=tools, messages=messages, hints=box)
 
-    def start_generation(
-        self, lm: LocalModel, prompt: list[int], params: Any, reuse: tuple[int, list[tuple[Any, Any]]],
-        constraint: Any, prefill_chunk: int, context: RequestContext | None,
-    ) -> _ServedGeneration | None:
-        """A generation for a greedy request, or None to leave the request to the engine's own path."""
+    def start(
+        self, lm: LocalModel, prompt: list[int], params: SamplingParams, *, reuse: Reuse = (0, []),
+        constraint: GrammarConstraint | None = None, prefill_chunk: int = 2048,
+        context: RequestContext | None = None,
+    ) -> TokenStream:
+        """A ToolSpec stream for a greedy request on this decoder's model; the plain path for any other."""
         if context is None or params.temperature != 0 or lm is not self.decoder.lm:
-            return None
+            return self.plain.start(lm, prompt, params, reuse=reuse, constraint=constraint,
+                                    prefill_chunk=prefill_chunk)
         generation = self.decoder.start(
             prompt, max_tokens=params.max_tokens, matcher=constraint.matcher if constraint is not None else None,
-            tools=context.tools, hints=context.hints, ignore_eos=params.ignore_eos,
+            tools=context.tools, hint_box=context.hints, ignore_eos=params.ignore_eos,
             top_logprobs=params.top_logprobs, reuse=reuse, messages=context.messages, prefill_chunk=prefill_chunk,
         )
-        with context._lock:
-            context.generation = generation
-            context.stats = generation.stats
-            for hint in context._late:
-                generation.hints.put(hint.text, hint.source)
-        return _ServedGeneration(generation)
+        context.stats = generation.stats
+        return ToolSpecStream(generation)
 
 
-class _ServedGeneration:
-    """A :class:`Generation` with the engine's generation interface (tokens as ``TokenOut``)."""
+class ToolSpecStream:
+    """A :class:`Generation` as a :class:`~agentspec.decoding.generation.TokenStream` (tokens as ``TokenOut``)."""
 
     def __init__(self, generation: Generation) -> None:
-        from agentspec.serve.engine import TokenOut
-
-        self._token = TokenOut
         self.generation = generation
         self.cached = generation.cached
 
@@ -114,9 +88,9 @@ class _ServedGeneration:
     def prefill(self) -> None:
         self.generation.prefill()
 
-    def decode(self) -> tuple[list[Any], str | None]:
+    def decode(self) -> tuple[list[TokenOut], str | None]:
         choices, finish = self.generation.decode()
-        return [self._token(id=c.token, logprob=c.logprob, top=c.top) for c in choices], finish
+        return [TokenOut(id=c.token, logprob=c.logprob, top=c.top) for c in choices], finish
 
     def close(self) -> None:
         self.generation.close()

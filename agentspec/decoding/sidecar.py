@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentspec.decoding.drafter import DraftRequest
+from agentspec.decoding.greedy import GreedyChooser
+from agentspec.decoding.kv_cache import TargetSequence
 from agentspec.decoding.token_tree import TokenTree
-from agentspec.decoding.verifier import GreedyChooser, TargetSequence
 from agentspec.models.local import LocalModel, require
 
 __all__ = ["Sidecar", "SidecarJob", "render_call"]

@@ -26,7 +26,7 @@ from typing import Any
 
 import networkx as nx
 
-from agentspec.mining.library import MacroStep
+from agentspec.macros import MacroStep
 from agentspec.mining.normalize import Normalizer, Skeleton, render
 from agentspec.mining.trajectories import MinedTrajectory
 

@@ -29,19 +29,20 @@ from typing import Any
 
 import anyio
 
-from agentspec.bench.commands import out_dir
+from agentspec.user_files import out_dir
 from agentspec.bench.registry import bench_class
 from agentspec.bench.roles import open_clients, plan_roles
 from agentspec.bench.speculative import _noisy_p
 from agentspec.errors import ConfigError
+from agentspec.macros import MacroLibrary
 from agentspec.mining.arguments import DEFAULT_TEMPERATURE
 from agentspec.mining.candidates import enumerate_candidates, graph_statistics, transition_graph
 from agentspec.mining.filter import FilterConfig, select
 from agentspec.mining.labelling import ReplaySandboxes, SpeculatorFactory, label_candidates, sample_continuations, training_states
-from agentspec.mining.library import MacroLibrary
 from agentspec.mining.normalize import Normalizer, patterns_from_table
 from agentspec.mining.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_results
 from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, Policy
+from agentspec.snapshot import InProcessBackend
 from agentspec.types import canonical_json
 
 
@@ -90,8 +91,9 @@ def _trajectories(args: argparse.Namespace, bench: Any) -> tuple[list[MinedTraje
 
 async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedTrajectory], states: list[tuple[int, int]],
                  depth: int, noisy_p: float | None) -> dict[tuple[int, int], list[Any]]:
-    sandboxes = ReplaySandboxes(lambda t: bench.environment(bench.task(t.task_id), solo=True))
     async with AsyncExitStack() as stack:
+        sandboxes = await stack.enter_async_context(
+            ReplaySandboxes(lambda t: InProcessBackend(bench.environment(bench.task(t.task_id), solo=True))))
         if noisy_p is not None:
             distractors = bench.distractors()
 

@@ -3,7 +3,7 @@
 A candidate with ``k`` reproduced out of ``n`` labels has the posterior
 Beta(k+1, n-k+1) on its reliability (uniform prior).  It is kept when
 ``n >= n_min`` and the lower ``delta``-quantile of that posterior,
-:func:`~agentspec.mining.library.lower_bound` (exact, ``scipy.stats.beta.ppf``),
+:func:`~agentspec.macros.lower_bound` (exact, ``scipy.stats.beta.ppf``),
 is at least ``tau``; the survivors are ranked by
 ``score = lcb * log1p(k) * length`` and the ``top`` best become macros::
 
@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from agentspec.errors import ConfigError
+from agentspec.macros import Macro, lower_bound
 from agentspec.mining.candidates import Candidate
 from agentspec.mining.labelling import Label
-from agentspec.mining.library import Macro, lower_bound
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ first step) and the speculator's next drafts align with the rest.  So the
 training state for a candidate occurrence at step ``t`` is the reference
 history up to and including its anchor, ``steps[: t + 1]``; there the
 speculator is asked for a continuation of up to ``depth`` calls, each run in
-a fork of the state (:class:`ReplaySandboxes`) so the next draft sees its
+a fork of the state (:class:`ReplaySandboxes`, through any
+:class:`~agentspec.snapshot.SnapshotBackend`) so the next draft sees its
 observation, just as the executor's draft chain does.  Several samples are
 drawn per state.
 
@@ -32,26 +33,31 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
+from types import TracebackType
 
 import anyio
 
-from agentspec.env import Environment, StateSnapshot
+from agentspec.macros import align
 from agentspec.mining.candidates import Candidate
-from agentspec.mining.library import align
-from agentspec.mining.trajectories import MinedTrajectory, replay
+from agentspec.mining.trajectories import MinedTrajectory
 from agentspec.runtime.policies import Policy
+from agentspec.snapshot import Snapshot, SnapshotBackend
 from agentspec.types import Effect, Observation, ToolCall
 
 State = tuple[int, int]
 """(trajectory index, anchor index): the speculator has seen ``steps[: anchor + 1]``."""
 Continuation = tuple[ToolCall, ...]
-DraftRunner = Callable[[ToolCall], Observation | None]
+DraftRunner = Callable[[ToolCall], Awaitable[Observation | None]]
+"""Runs one draft in a sample's fork; None for a draft that is not run (an external effect)."""
 SpeculatorFactory = Callable[[MinedTrajectory, int], Policy]
 """Makes the speculator for one (trajectory, sample number)."""
-SandboxFactory = Callable[[MinedTrajectory, int], DraftRunner]
-"""Makes a runner for drafts from the state after step ``anchor`` of a trajectory."""
+SandboxFactory = Callable[[MinedTrajectory, int], AbstractAsyncContextManager[DraftRunner]]
+"""Opens a runner for drafts from the state after step ``anchor`` of a trajectory (closed after the sample)."""
+BackendFactory = Callable[[MinedTrajectory], SnapshotBackend]
+"""A fresh live backend in the initial state of a trajectory's task."""
 
 
 @dataclass
@@ -66,39 +72,66 @@ class Label:
 
 
 class ReplaySandboxes:
-    """Draft runners at training states: the trajectory replayed in a fresh environment, then forked.
+    """Draft runners at training states: the trajectory replayed on a fresh backend, then forked.
 
-    ``make_env`` gives a fresh environment for a trajectory's task.  The
-    replay runs once per trajectory (snapshots after every step are kept);
-    each runner works on its own restored copy, so samples never see each
-    other's drafts.  Drafts of ``external`` tools are not run (no observation).
+    ``make_backend`` gives a fresh live backend (in-process, SQLite, overlay, Docker...) for a
+    trajectory's task.  The replay runs once per trajectory, keeping a snapshot after every step; each
+    runner works in its own fork of one of them (``snapshot``/``fork``/``discard`` of
+    :class:`~agentspec.snapshot.SnapshotBackend`, nothing else), so samples never see each other's drafts,
+    and the fork is discarded when the sample ends.  Drafts of ``external`` tools are not run (no
+    observation).  Use as an async context manager, or call :meth:`aclose`, to close the backends.
     """
 
-    def __init__(self, make_env: Callable[[MinedTrajectory], Environment]) -> None:
-        self.make_env = make_env
-        self._replays: dict[int, tuple[MinedTrajectory, Environment, list[StateSnapshot]]] = {}
+    def __init__(self, make_backend: BackendFactory) -> None:
+        self.make_backend = make_backend
+        self._replays: dict[int, tuple[MinedTrajectory, SnapshotBackend, list[Snapshot]]] = {}
+        self._locks: dict[int, anyio.Lock] = {}
 
-    def _snapshots(self, trajectory: MinedTrajectory) -> tuple[Environment, list[StateSnapshot]]:
-        cached = self._replays.get(id(trajectory))
-        if cached is None or cached[0] is not trajectory:
-            env = self.make_env(trajectory)
-            snapshots = []
-            for call in trajectory.calls:
-                replay(env, [call])
-                snapshots.append(env.snapshot())
-            cached = self._replays[id(trajectory)] = (trajectory, env, snapshots)
+    async def _snapshots(self, trajectory: MinedTrajectory) -> tuple[SnapshotBackend, list[Snapshot]]:
+        # Samples of one trajectory run concurrently: the first replays it, the others wait for its snapshots.
+        async with self._locks.setdefault(id(trajectory), anyio.Lock()):
+            cached = self._replays.get(id(trajectory))
+            if cached is None or cached[0] is not trajectory:
+                backend = self.make_backend(trajectory)
+                snapshots = []
+                for call in trajectory.calls:
+                    await backend.execute(call)
+                    snapshots.append(await backend.snapshot())
+                cached = self._replays[id(trajectory)] = (trajectory, backend, snapshots)
         return cached[1], cached[2]
 
-    def __call__(self, trajectory: MinedTrajectory, anchor: int) -> DraftRunner:
-        base, snapshots = self._snapshots(trajectory)
-        env = base.restore(snapshots[anchor])
+    @asynccontextmanager
+    async def _fork(self, trajectory: MinedTrajectory, anchor: int) -> AsyncIterator[DraftRunner]:
+        backend, snapshots = await self._snapshots(trajectory)
+        sandbox = await backend.fork(snapshots[anchor])
 
-        def run(call: ToolCall) -> Observation | None:
-            if env.effect(call.name) is Effect.EXTERNAL:
+        async def run(call: ToolCall) -> Observation | None:
+            if backend.effect(call.name) is Effect.EXTERNAL:
                 return None  # never reach outside while labelling, as the executor never does with drafts
-            return env.execute(call)
+            return await sandbox.execute(call)
 
-        return run
+        try:
+            yield run
+        finally:
+            with anyio.CancelScope(shield=True):
+                await backend.discard(sandbox)
+
+    def __call__(self, trajectory: MinedTrajectory, anchor: int) -> AbstractAsyncContextManager[DraftRunner]:
+        """A draft runner in a fresh fork of the state after step ``anchor``, discarded on exit."""
+        return self._fork(trajectory, anchor)
+
+    async def aclose(self) -> None:
+        """Close every backend a replay opened."""
+        replays, self._replays = self._replays, {}
+        with anyio.CancelScope(shield=True):
+            for _, backend, _ in replays.values():
+                await backend.close()
+
+    async def __aenter__(self) -> ReplaySandboxes:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        await self.aclose()
 
 
 def training_states(
@@ -140,15 +173,16 @@ async def sample_continuations(
         async with limiter:
             trajectory = trajectories[state[0]]
             policy = speculator(trajectory, sample)
-            run = sandboxes(trajectory, state[1]) if sandboxes is not None else None
+            opened = sandboxes(trajectory, state[1]) if sandboxes is not None else nullcontext(None)
             history: list[tuple[ToolCall, Observation | None]] = list(trajectory.steps[: state[1] + 1])
             drafts: list[ToolCall] = []
-            for _ in range(depth):
-                decision = await policy.decide(history)
-                if decision.call is None:
-                    break
-                drafts.append(decision.call)
-                history.append((decision.call, run(decision.call) if run is not None else None))
+            async with opened as run:
+                for _ in range(depth):
+                    decision = await policy.decide(history)
+                    if decision.call is None:
+                        break
+                    drafts.append(decision.call)
+                    history.append((decision.call, await run(decision.call) if run is not None else None))
             results[state][sample] = tuple(drafts)
 
     async with anyio.create_task_group() as group:

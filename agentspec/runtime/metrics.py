@@ -54,9 +54,38 @@ class ExecutionMetrics:
     early_dispatches: int = 0
     commits_spork: int = 0
     time_overlapped_s: float = 0.0
+    predictions_by_depth: list[int] = field(default_factory=list)
+    """[d-1]: speculator drafts standing at chain depth d when the authority decided a step."""
+    hits_by_depth: list[int] = field(default_factory=list)
+    """[d-1]: of those, the drafts equal to the call committed d-1 steps later (the speculator's hit rate by depth)."""
+
+    def score_predictions(self, standing: Sequence[tuple[int, Sequence[Any]]], committed: Sequence[Any]) -> None:
+        """Count each standing chain ``(step it was standing at, drafted calls)`` against the committed calls."""
+        for base, calls in standing:
+            for depth, call in enumerate(calls, 1):
+                step = base + depth - 1
+                if step >= len(committed):
+                    break
+                _bump(self.predictions_by_depth, depth)
+                _grow(self.hits_by_depth, depth)
+                self.hits_by_depth[depth - 1] += int(committed[step] == call)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _grow(counts: list[int], depth: int) -> None:
+    counts.extend([0] * (depth - len(counts)))
+
+
+def _bump(counts: list[int], depth: int) -> None:
+    _grow(counts, depth)
+    counts[depth - 1] += 1
+
+
+def _sum_lists(lists: Sequence[list[int]]) -> list[int]:
+    width = max((len(x) for x in lists), default=0)
+    return [sum(x[i] for x in lists if i < len(x)) for i in range(width)]
 
 
 NUMERIC = [name for name in ExecutionMetrics.__dataclass_fields__]
@@ -78,12 +107,18 @@ def aggregate(per_task: Sequence[ExecutionMetrics]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in NUMERIC:
         values = [getattr(m, name) for m in per_task]
-        if name == "wall_s":
+        if name.endswith("_by_depth"):
+            out[name] = _sum_lists(values)
+        elif name == "wall_s":
             out["mean_task_wall_s"] = round(statistics.fmean(values), 4)
         elif name.endswith("_s"):
             out[f"mean_{name}"] = round(statistics.fmean(values), 4)
         else:
             out[name] = sum(values)
+    out["speculator_hit_rate_by_depth"] = [
+        round(hit / made, 4) if made else None
+        for hit, made in zip(out["hits_by_depth"], out["predictions_by_depth"], strict=True)
+    ]
     walls = [m.wall_s for m in per_task]
     out["p50_wall_s"] = round(percentile(walls, 0.5), 4)
     out["p95_wall_s"] = round(percentile(walls, 0.95), 4)

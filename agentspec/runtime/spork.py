@@ -15,6 +15,10 @@
 
 Simulated authorities (``policy.simulated``) get their decode time from the
 latency model in chunks of ``probe_every`` tokens, so probes interleave with it.
+
+SPORK reaches the executor loop only through :class:`SporkHost` (commit a
+fork, run a tool, read the chain head, the clock), which
+:class:`~agentspec.runtime.executor.ExecutionLoop` implements.
 """
 
 from __future__ import annotations
@@ -23,19 +27,20 @@ import math
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentspec.errors import ConfigError
 from agentspec.runtime.cost_model import CostModel
+from agentspec.runtime.draft import Draft, Source
+from agentspec.runtime.latency import LatencyModel
+from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.policies import Decision, History, Policy
 from agentspec.runtime.probe import Prober, ProbeResult, schema_errors
-from agentspec.types import Effect, ToolCall
-
-if TYPE_CHECKING:
-    from agentspec.runtime.executor import Draft, ExecutionLoop
+from agentspec.snapshot import SnapshotBackend
+from agentspec.types import Effect, Observation, Step, ToolCall
 
 
 @dataclass
@@ -59,10 +64,37 @@ class SporkConfig:
 Progress = Callable[[str, int], Awaitable[None]]
 
 
+class SporkHost(Protocol):
+    """What SPORK needs of the executor loop: its live state, its books, and four operations."""
+
+    backend: SnapshotBackend
+    metrics: ExecutionMetrics
+    timeline: Timeline
+    latency: LatencyModel | None
+    steps: list[Step]
+    """The committed history (its length sizes the simulated prompt)."""
+
+    def chain_head(self) -> Draft | None:
+        """The speculator's first draft, if any (SPORK does not dispatch what it already runs)."""
+        ...
+
+    def since_start(self, at: float) -> float:
+        """Seconds from the start of the run to clock time ``at``."""
+        ...
+
+    async def run_tool(self, execute: Callable[[ToolCall], Awaitable[Observation]], call: ToolCall, lane: str) -> Observation:
+        """Run a call in a fork (``execute``), timed on ``lane`` with the loop's simulated tool latency."""
+        ...
+
+    async def commit(self, drafts: list[Draft], source: Source, confirmed: ToolCall | None = None, macro_id: str | None = None) -> None:
+        """Make the dispatched fork live and log its step."""
+        ...
+
+
 class Spork:
     """Probing and early dispatch for one executor (see module docstring)."""
 
-    def __init__(self, loop: ExecutionLoop, prober: Prober, config: SporkConfig) -> None:
+    def __init__(self, loop: SporkHost, prober: Prober, config: SporkConfig) -> None:
         self.loop, self.prober, self.config = loop, prober, config
         self.metrics = loop.metrics
         self.cost = CostModel(contention=config.contention, enabled=config.cost_model)
@@ -146,7 +178,7 @@ class Spork:
         self.metrics.probe_prompt_tokens += result.prompt_tokens
         self.metrics.probe_cached_tokens += result.cached_tokens
         self._probed.append((result, answered))
-        self.loop.timeline.add("probe", started - self.loop._t0, answered - self.loop._t0,
+        self.loop.timeline.add("probe", self.loop.since_start(started), self.loop.since_start(answered),
                                result.call.name if result.call else "?", f"{result.confidence:.2f}")
         if result.call is not None and self._admissible(result):
             self._dispatch(result.call, group)
@@ -163,14 +195,12 @@ class Spork:
             return False
         if self.loop.backend.effect(call.name) is Effect.EXTERNAL:
             return False  # never speculated
-        chain = self.loop._chain
-        if chain and chain[0].call == call:
+        head = self.loop.chain_head()
+        if head is not None and head.call == call:
             return False  # the speculator already runs it
         return self.cost.should_dispatch(call.name)
 
     def _dispatch(self, call: ToolCall, group: anyio.abc.TaskGroup) -> None:
-        from agentspec.runtime.executor import Draft
-
         draft = Draft(call, self.loop.backend.effect(call.name))
         self.dispatched = draft
         self.metrics.early_dispatches += 1
@@ -184,7 +214,7 @@ class Spork:
                 snapshot = await self.loop.backend.snapshot()
                 draft.sandbox = await self.loop.backend.fork(snapshot)
                 draft.started = anyio.current_time()
-                draft.observation = await self.loop._run_tool(draft.sandbox.execute, draft.call, "spork-tool")
+                draft.observation = await self.loop.run_tool(draft.sandbox.execute, draft.call, "spork-tool")
                 draft.finished = anyio.current_time()
             finally:
                 draft.done.set()
@@ -218,7 +248,7 @@ class Spork:
         finished = draft.finished if draft.finished is not None else self._decision_end
         self.metrics.time_overlapped_s += max(0.0, min(finished, self._decision_end) - started)
         self.metrics.commits_spork += 1
-        await self.loop._commit([draft], "spork", call)
+        await self.loop.commit([draft], "spork", call)
         return True
 
     async def abandon(self) -> None:

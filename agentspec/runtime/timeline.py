@@ -65,14 +65,15 @@ def _pieces(text: str) -> list[str]:
     return [*pieces, current] if current else pieces
 
 
-def _require_pyplot() -> Any:
+def require_pyplot() -> Any:
+    """matplotlib's pyplot on the headless Agg backend; ConfigError (one line) where matplotlib is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ConfigError("timelines need matplotlib: pip install 'agentspec[plot]'") from exc
+        raise ConfigError("timelines and reports need matplotlib: pip install 'matplotlib>=3.10'") from exc
     return plt
 
 
@@ -87,13 +88,14 @@ def _fit(text: Any, renderer: Any, left: float, right: float) -> None:
     text.set_visible(False)
 
 
-def _commit_style(kind: str) -> tuple[str, str, str]:
+def commit_style(kind: str) -> tuple[str, str, str]:
+    """(colour, marker, legend label) of a commit kind (``sa``, ``macro``, ``spork``, ``reuse``...)."""
     return COMMIT_STYLES.get(kind.removesuffix("-commit"), OTHER_COMMIT)
 
 
 def draw_timeline(events: Sequence[Mapping[str, Any]], title: str = "") -> Any:
     """The timeline of ``events`` (dicts with lane, start, end, label, kind) as a matplotlib Figure."""
-    plt = _require_pyplot()
+    plt = require_pyplot()
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -120,7 +122,7 @@ def draw_timeline(events: Sequence[Mapping[str, Any]], title: str = "") -> Any:
         index = at.get(round(event["start"], 6), 0)
         at[round(event["start"], 6)] = index + 1
         y = row - 0.3 + 0.2 * (index % 4)
-        colour, marker, _ = _commit_style(event.get("kind") or "")
+        colour, marker, _ = commit_style(event.get("kind") or "")
         ax.plot([event["start"]], [y], marker=marker, color=colour, markersize=6, markeredgecolor="black",
                 markeredgewidth=0.3, linestyle="none")
         commit_texts.append(ax.text(event["start"], y, "  " + event["label"][:24], ha="left", va="center",
@@ -133,7 +135,7 @@ def draw_timeline(events: Sequence[Mapping[str, Any]], title: str = "") -> Any:
 
     handles: list[Any] = [Patch(facecolor=COLOURS[lane], edgecolor="black", linewidth=0.3, label=LANE_NAMES[lane])
                           for lane in lanes if lane in COLOURS]
-    kinds = list(dict.fromkeys(_commit_style(e.get("kind") or "") for e in commits))
+    kinds = list(dict.fromkeys(commit_style(e.get("kind") or "") for e in commits))
     handles += [Line2D([], [], marker=marker, color=colour, markeredgecolor="black", markeredgewidth=0.3,
                        linestyle="none", label=label) for colour, marker, label in kinds]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 7), fontsize=7, frameon=False)
@@ -156,7 +158,7 @@ def draw_timeline(events: Sequence[Mapping[str, Any]], title: str = "") -> Any:
 
 def plot_timeline(events: Sequence[Mapping[str, Any]], path: Path, title: str = "") -> Path:
     """Draw ``events`` (dicts with lane, start, end, label, kind) as a Gantt chart PNG at ``path``."""
-    plt = _require_pyplot()
+    plt = require_pyplot()
     fig = draw_timeline(events, title)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)

@@ -1,6 +1,11 @@
 """Real sandboxes for speculative tool execution: overlay/copy filesystems, Docker containers, SQLite.
 
-Every backend implements :class:`agentspec.snapshot.SnapshotBackend`::
+Every backend implements :class:`agentspec.snapshot.SnapshotBackend` as a
+strategy of :class:`agentspec.snapshot.LineageBackend`, which keeps tokens,
+lineage, stale checks, locks and discards once; a backend here adds only its
+mechanism (how a state is frozen, forked, run in, promoted and dropped) and
+its isolation (:mod:`agentspec.sandbox.program` holds what the overlay, copy
+and Docker backends share: planning a call, its deadline, the isolation label)::
 
     from agentspec.sandbox import OverlayBackend, DockerBackend, SqliteBackend
 

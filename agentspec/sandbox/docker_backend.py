@@ -11,6 +11,9 @@
                ``diff``: the fork's changed paths are packed and applied to the live container
     discard  = remove the container; a snapshot image goes when no snapshot or container needs it
 
+That is the whole mechanism: tokens, lineage, stale checks, locks, discards
+and call deadlines come from :class:`agentspec.snapshot.LineageBackend`.
+
 Every container runs with ``network_mode="none"``, a non-root user (an image
 whose ``USER`` is root is refused), all capabilities dropped,
 ``no-new-privileges``, the engine's default seccomp profile and a tmpfs
@@ -60,7 +63,6 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 import anyio
@@ -79,20 +81,17 @@ from agentspec.sandbox.program import (
     WORKSPACE,
     Limits,
     Op,
+    ProgramCalls,
     SandboxProgram,
-    answer_observation,
-    error_observation,
-    plan,
-    with_isolation,
+    runner_observation,
 )
-from agentspec.snapshot import Sandbox, Snapshot, check_descends, new_token
-from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
+from agentspec.snapshot import Branch, LineageBackend
+from agentspec.types import Effect, Observation, Requestor, ToolCall
 
 CommitMode = Literal["promote", "diff"]
 RUNNER = ["python3", "-I", "-S", f"{SANDBOX_DIR}/runner.py"]
 KILL_ALL = ["python3", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"]
 _IGNORED_CHANGES = ("/tmp", "/proc", "/sys", "/dev")
-_ids = itertools.count(1)
 
 
 class _Image:
@@ -125,27 +124,17 @@ class _Box:
     changes: frozenset[str] = frozenset()
     dirty: bool = False
     cached: DockerRef | None = None
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
-@dataclass(eq=False)
-class DockerSandbox:
+@dataclass(eq=False, kw_only=True)
+class DockerSandbox(Branch[_Box]):
     """A fork: a container run from a snapshot image."""
 
-    backend: DockerBackend = field(repr=False)
-    box: _Box = field(repr=False)
-    lineage: tuple[str, ...]
-    token: str
-    id: str = field(default_factory=lambda: f"dkr-{next(_ids)}")
-    discarded: bool = False
-    _running: anyio.CancelScope | None = field(default=None, repr=False)
+    prefix = "dkr"
 
     @property
     def container_id(self) -> str:
-        return self.box.container
-
-    async def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
-        return await self.backend._execute_in(self, call, requestor)
+        return self.state.container
 
 
 def _talk(sock: Any, payload: bytes, done: threading.Event) -> tuple[bytes, bytes]:
@@ -211,13 +200,15 @@ def _tar_program(program: SandboxProgram) -> bytes:
     return buf.getvalue()
 
 
-class DockerBackend:
+class DockerBackend(ProgramCalls, LineageBackend[_Box]):
     """A working directory inside a Docker container, forked by committing it.  See the module docstring.
 
     ``image`` is a base image (``agentspec sandbox build``); ``client`` an open
     :class:`docker.DockerClient` (default: ``DOCKER_HOST`` or the default
     socket, closed again by :meth:`close`).
     """
+
+    kind = "Docker"
 
     def __init__(
         self,
@@ -235,13 +226,13 @@ class DockerBackend:
             raise ConfigError(f"workspace source {source} is not a directory")
         if commit_mode not in ("promote", "diff"):
             raise ConfigError(f"commit_mode must be 'promote' or 'diff', not {commit_mode!r}")
+        super().__init__()
         self.program = program
         self.source = source
         self.image = image
         self.limits = limits or Limits()
         self.commit_mode: CommitMode = commit_mode
         self.max_layers = max(2, max_layers)
-        self.live_token = new_token()
         self._tmp_size = tmp_size
         self._client = client
         self._own_client = client is None
@@ -249,26 +240,9 @@ class DockerBackend:
         self._counter = itertools.count(1)
         self._garbage: list[str] = []
         self._stuck: list[str] = []
-        self._sandboxes: set[DockerSandbox] = set()
-        self._live: _Box | None = None
-        self._live_lock = anyio.Lock()  # guards the live slot: live calls, live snapshots, commits
         self._user = "1000:1000"
         self._volumes: dict[str, dict[str, str]] = {}
         self._config: dict[str, Any] = {}
-
-    @classmethod
-    async def open(cls, program: SandboxProgram, source: Path | None = None, **options: Any) -> DockerBackend:
-        backend = cls(program, source, **options)
-        await backend.start()
-        return backend
-
-    async def __aenter__(self) -> DockerBackend:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        with anyio.CancelScope(shield=True):
-            await self.close()
 
     @property
     def api(self) -> docker.APIClient:
@@ -285,7 +259,7 @@ class DockerBackend:
 
     async def start(self) -> None:
         """Connect, sweep leftovers of dead processes, and start the live container."""
-        if self._live is not None:
+        if self._started:
             return
         if self._client is None:
             self._client = await anyio.to_thread.run_sync(_docker.connect)
@@ -300,8 +274,8 @@ class DockerBackend:
             seed = await self._seed(info["Id"], depth)
             container = await self._create(seed.id)
             # Live starts equal to the seed image: the first snapshot is free.
-            self._live = _Box(container=container, image=seed)
-            self._live.cached = DockerRef(image=seed, changes=frozenset(), backend_id=self._id)
+            cached = DockerRef(image=seed, changes=frozenset(), backend_id=self._id)
+            self._set_live(_Box(container=container, image=seed, cached=cached))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.close()
@@ -423,91 +397,12 @@ class DockerBackend:
 
         await _docker.call(f"removing container {container[:12]}", remove)
 
-    # ------------------------------------------------------------------ protocol
-
-    def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
-        return self.program.tool_specs(requestor)
-
-    def effect(self, name: str) -> Effect:
-        return self.program.effect(name)
-
-    async def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
-        """Run a call in the live container (a call that may write gives live a new token)."""
-        step = plan(self.program, call, requestor)
-        if isinstance(step, Observation):
-            return step
-        async with self._live_lock:
-            observation = await self._run(self._require_live(), step, call, requestor, None)
-            if self.effect(call.name) is not Effect.READ_ONLY:
-                self.live_token = new_token()  # read-only calls leave live, and every fork of it, valid
-        return observation
-
-    async def snapshot(self, source: Sandbox | None = None) -> Snapshot:
-        """Commit the live container, or a sandbox's (reused while its state is unchanged)."""
-        if source is None:
-            async with self._live_lock:
-                ref = await self._freeze(self._require_live())
-                return Snapshot(ref=ref, lineage=(self.live_token,))
-        sandbox = self._own(source)
-        async with sandbox.box.lock:
-            self._own(sandbox)
-            ref = await self._freeze(sandbox.box)
-            return Snapshot(ref=ref, lineage=(*sandbox.lineage, sandbox.token))
-
-    async def fork(self, snapshot: Snapshot) -> DockerSandbox:
-        ref = snapshot.ref
-        if not isinstance(ref, DockerRef) or ref.backend_id != self._id:
-            raise SnapshotError("snapshot does not belong to this Docker backend")
-        container = await self._create(ref.image.id)
-        box = _Box(container=container, image=ref.image, changes=ref.changes)
-        sandbox = DockerSandbox(backend=self, box=box, lineage=snapshot.lineage, token=snapshot.token)
-        self._sandboxes.add(sandbox)
-        return sandbox
-
-    async def commit(self, sandbox: Sandbox) -> None:
-        """Make the sandbox's state live (promotion or diff); :class:`StaleSnapshotError` unless it descends."""
-        box = self._own(sandbox)
-        async with self._live_lock, box.box.lock:
-            self._own(box)
-            live = self._require_live()
-            check_descends(box, self.live_token)
-            with anyio.CancelScope(shield=True):  # never leave the swap half done
-                if self.commit_mode == "promote":
-                    self._live, doomed = box.box, live.container
-                else:
-                    await self._apply_diff(box.box, live)
-                    live.dirty, live.cached = True, None
-                    doomed = box.box.container
-                self.live_token = box.token
-                box.discarded = True
-                self._sandboxes.discard(box)
-                await self._remove_container(doomed)
-                await self._collect()
-
-    async def discard(self, sandbox: Sandbox) -> None:
-        """Kill what runs in the sandbox and remove its container (its image goes once unused)."""
-        if not isinstance(sandbox, DockerSandbox) or sandbox.backend is not self or sandbox.discarded:
-            return
-        sandbox.discarded = True
-        if sandbox._running is not None:
-            sandbox._running.cancel()  # discard kills a running call for real
-        with anyio.CancelScope(shield=True):
-            async with sandbox.box.lock:
-                self._sandboxes.discard(sandbox)
-                await self._remove_container(sandbox.box.container)
-                await self._collect()
-
     async def close(self) -> None:
         """Remove every container and image this backend made, and close the client if it is ours."""
         client, self._client = self._client, None
         if client is None:
             return
-        for sandbox in list(self._sandboxes):
-            sandbox.discarded = True
-            if sandbox._running is not None:
-                sandbox._running.cancel()
-        self._sandboxes.clear()
-        self._live = None
+        self._forget_sandboxes()
         api = client.api
 
         def clean() -> None:
@@ -526,17 +421,34 @@ class DockerBackend:
             if self._own_client:
                 client.close()
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ the mechanism
 
-    def _require_live(self) -> _Box:
-        if self._live is None:
-            raise SnapshotError("Docker backend is not started (or already closed)")
-        return self._live
+    def _branch(self, state: _Box, lineage: tuple[str, ...], token: str) -> DockerSandbox:
+        return DockerSandbox(calls=self, state=state, lineage=lineage, token=token)
 
-    def _own(self, sandbox: Sandbox) -> DockerSandbox:
-        if not isinstance(sandbox, DockerSandbox) or sandbox.backend is not self or sandbox.discarded:
-            raise SnapshotError("can only use a live sandbox of this backend")
-        return sandbox
+    def _accepts(self, ref: object) -> bool:
+        return isinstance(ref, DockerRef) and ref.backend_id == self._id
+
+    async def _fork_state(self, ref: DockerRef) -> _Box:
+        """A new container from the snapshot image."""
+        return _Box(container=await self._create(ref.image.id), image=ref.image, changes=ref.changes)
+
+    async def _promote(self, box: _Box, live: _Box) -> _Box:
+        """The fork's container becomes live (promote), or its changes are applied to live's (diff)."""
+        if self.commit_mode == "promote":
+            new_live, doomed = box, live.container
+        else:
+            await self._apply_diff(box, live)
+            live.dirty, live.cached = True, None
+            new_live, doomed = live, box.container
+        await self._remove_container(doomed)
+        await self._collect()
+        return new_live
+
+    async def _drop(self, box: _Box) -> None:
+        """Remove the container (its image goes once unused)."""
+        await self._remove_container(box.container)
+        await self._collect()
 
     async def _changed_paths(self, box: _Box) -> set[str]:
         changes = await _docker.call("diffing a container", self.api.diff, box.container) or []
@@ -547,7 +459,7 @@ class DockerBackend:
         if not box.dirty and box.cached is not None:
             return box.cached
         changes = box.changes
-        if self.commit_mode == "diff" and box is not self._live:
+        if self.commit_mode == "diff" and box is not self._head.state:
             changes = changes | await self._changed_paths(box)
         if box.image.depth + 1 > self.max_layers:
             image = await self._flatten(box)
@@ -656,38 +568,12 @@ class DockerBackend:
                 await anyio.sleep(0.01)
         raise SnapshotError(f"a command in the sandbox did not finish within {within_s}s of closing its output")
 
-    async def _execute_in(self, sandbox: DockerSandbox, call: ToolCall, requestor: Requestor) -> Observation:
-        self._own(sandbox)
-        step = plan(self.program, call, requestor)
-        if isinstance(step, Observation):
-            return step
-        async with sandbox.box.lock:
-            self._own(sandbox)
-            observation = await self._run(sandbox.box, step, call, requestor, sandbox)
-            if self.effect(call.name) is not Effect.READ_ONLY:
-                sandbox.token = new_token()
-        return observation
-
-    async def _run(
-        self, box: _Box, step: Op, call: ToolCall, requestor: Requestor, sandbox: DockerSandbox | None
-    ) -> Observation:
-        """Run one op in ``box`` (the caller holds its lock); the deadline or a discard kills it."""
-        if self.program.effect(call.name) is not Effect.READ_ONLY:
+    async def _run(self, box: _Box, step: Op, call: ToolCall, requestor: Requestor) -> Observation:
+        """Run one op in ``box`` (the caller holds its lock and its deadline; cancelling kills the op)."""
+        if self.effect(call.name) is not Effect.READ_ONLY:
             box.dirty = True  # set first: a call killed half way may still have written
         payload = self.program.request(
             step, self.limits, workspace=WORKSPACE, ops_path=f"{SANDBOX_DIR}/ops.py", reap=True, memory_rlimit=False
         )
-        with anyio.CancelScope(deadline=anyio.current_time() + self.limits.call_timeout_s) as scope:
-            if sandbox is not None:
-                sandbox._running = scope
-            try:
-                code, out, err = await self._exec(box.container, payload)
-            finally:
-                if sandbox is not None:
-                    sandbox._running = None
-        if scope.cancelled_caught:
-            if sandbox is not None and sandbox.discarded:
-                return error_observation(call, requestor, "the sandbox was discarded while the call ran")
-            return error_observation(call, requestor, f"the call ran past {self.limits.call_timeout_s}s and was killed")
-        detail = f" (exit code {code}: {err.decode(errors='replace').strip()[-300:]})" if code else ""
-        return with_isolation(answer_observation(call, requestor, out, detail), self.weakened)
+        code, out, err = await self._exec(box.container, payload)
+        return runner_observation(call, requestor, code, out, err)

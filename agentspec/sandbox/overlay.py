@@ -1,8 +1,13 @@
 """Filesystem sandboxes: one overlayfs mount per fork with its upper dir on tmpfs, or copies on tmpfs.
 
-A working directory is the state.  In ``overlay`` mode (root, or a process
-inside ``unshare -Urm``) every state is a stack of frozen *layers* plus a
-mutable upper directory, mounted with overlayfs::
+A working directory is the state.  :class:`OverlayBackend` holds what both
+ways of keeping trees share (the scratch tmpfs, the bubblewrap jail, the
+limits, running a call) on top of :class:`agentspec.snapshot.LineageBackend`
+(tokens, lineage, locks); how a tree is made, frozen, forked, promoted and
+dropped is one of two strategies, :class:`OverlayTrees` or :class:`CopyTrees`,
+chosen at start (``mode``).  In ``overlay`` mode (root, or a process inside
+``unshare -Urm``) every state is a stack of frozen *layers* plus a mutable
+upper directory, mounted with overlayfs::
 
     live     = overlay(lower = L2:L1:source, upper = U_live)
     snapshot = freeze U_live into layer L3, remount live on a fresh upper   (only if live changed)
@@ -16,9 +21,10 @@ lives on a private tmpfs that :meth:`OverlayBackend.close` unmounts at once
 squashed in user space (:func:`merge_layers`), which costs the size of the
 changes, never of the base.
 
-Where overlay mounts are refused, ``copy`` mode keeps every state as a full
-copy on tmpfs (snapshot and fork cost the tree size; commit is still a pointer
-swap).  Both modes isolate alike; ``mode`` only changes the cost.
+Where overlay mounts are refused (``mode="auto"``, the default, then picks
+it), ``copy`` mode keeps every state as a full copy on tmpfs (snapshot and fork
+cost the tree size; commit is still a pointer swap).  Both modes isolate
+alike; ``mode`` only changes the cost.
 
 What is promised and enforced (each one, or the backend refuses to start with a
 :class:`SnapshotError` naming what is missing):
@@ -60,7 +66,6 @@ import tempfile
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
 
 import anyio
@@ -78,21 +83,12 @@ from agentspec.sandbox._cgroup import (
 from agentspec.sandbox._host import Confinement, HostJail, check_confinement, host_jail, run_confined
 from agentspec.sandbox._layers import copy_tree, merge_layers, remove_tree
 from agentspec.sandbox._owner import owner_dead, owner_tag, start_time
-from agentspec.sandbox.program import (
-    Limits,
-    Op,
-    SandboxProgram,
-    answer_observation,
-    error_observation,
-    plan,
-    with_isolation,
-)
-from agentspec.snapshot import Sandbox, Snapshot, check_descends, new_token
-from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
+from agentspec.sandbox.program import Limits, Op, ProgramCalls, SandboxProgram, runner_observation
+from agentspec.snapshot import Branch, LineageBackend
+from agentspec.types import Effect, Observation, Requestor, ToolCall
 
 Mode = Literal["overlay", "copy"]
 PREFIX = "agentspec-ws-"
-_ids = itertools.count(1)
 
 
 class _Layer:
@@ -123,33 +119,28 @@ class _Tree:
     work: Path | None = None
     mount: Path | None = None
     dirty: bool = False
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
 
     @property
     def view(self) -> Path:
         """The directory tools see."""
         return self.mount or self.upper
 
+    @property
+    def home(self) -> Path:
+        """The scratch directory that holds the tree's own files (upper and work, or the copy)."""
+        return self.upper.parent if self.work is not None else self.upper
 
-@dataclass(eq=False)
-class OverlaySandbox:
+
+@dataclass(eq=False, kw_only=True)
+class OverlaySandbox(Branch[_Tree]):
     """A fork: its own overlay mount (or copy) of a snapshot."""
 
-    backend: OverlayBackend = field(repr=False)
-    tree: _Tree = field(repr=False)
-    lineage: tuple[str, ...]
-    token: str
-    id: str = field(default_factory=lambda: f"ovl-{next(_ids)}")
-    discarded: bool = False
-    _running: anyio.CancelScope | None = field(default=None, repr=False)
+    prefix = "ovl"
 
     @property
     def path(self) -> Path:
         """The sandbox's working tree, as a directory on this host."""
-        return self.tree.view
-
-    async def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
-        return await self.backend._execute_in(self, call, requestor)
+        return self.state.view
 
 
 def default_scratch() -> Path:
@@ -190,13 +181,198 @@ def _probe_overlay(root: Path, options: str) -> bool:
         remove_tree(probe)
 
 
-class OverlayBackend:
+@dataclass
+class _Scratch:
+    """The backend's scratch root: ``layers/``, ``trees/``, ``mnt/`` and the ``live`` path tools see."""
+
+    root: Path
+    counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    trash: list[Path] = field(default_factory=list)
+
+    def new_layer(self) -> _Layer:
+        path = self.root / "layers" / str(next(self.counter))
+        path.mkdir()
+        return _Layer(path, self.trash)
+
+    def new_dir(self, kind: str = "trees") -> Path:
+        path = self.root / kind / str(next(self.counter))
+        path.mkdir()
+        return path
+
+    @property
+    def live(self) -> Path:
+        return self.root / "live"
+
+
+class _Trees:
+    """How trees are held: the mechanism half of :class:`OverlayBackend` (a strategy)."""
+
+    name: Mode
+
+    def __init__(self, scratch: _Scratch) -> None:
+        self.scratch = scratch
+
+    async def live(self, source: Path | None) -> _Tree:
+        """The first live tree, equal to ``source`` (empty without one), visible at the scratch's live path."""
+        raise NotImplementedError
+
+    async def freeze(self, tree: _Tree) -> tuple[_Layer, ...]:
+        """The tree's state as frozen layers (the caller holds its lock); the tree goes on writable."""
+        raise NotImplementedError
+
+    async def fork(self, layers: tuple[_Layer, ...]) -> _Tree:
+        raise NotImplementedError
+
+    async def promote(self, tree: _Tree, live: _Tree) -> None:
+        """Make ``tree`` visible at the live path instead of ``live``."""
+        raise NotImplementedError
+
+    async def unmount(self, tree: _Tree) -> None:
+        return None
+
+    async def drop(self, tree: _Tree) -> None:
+        """Unmount the tree and delete its files and every layer no snapshot holds any more."""
+        await self.unmount(tree)
+        doomed = [tree.home, *self.scratch.trash]
+        self.scratch.trash.clear()
+        if tree.mount is not None:
+            doomed.append(tree.mount)
+        for path in doomed:
+            await anyio.to_thread.run_sync(remove_tree, path)
+
+
+class CopyTrees(_Trees):
+    """Every state a full copy on tmpfs: snapshot and fork cost the tree size, commit is a symlink swap."""
+
+    name: Mode = "copy"
+
+    async def live(self, source: Path | None) -> _Tree:
+        live = self.scratch.new_dir()
+        if source:
+            await copy_tree(source, live)
+        self.scratch.live.symlink_to(live)
+        return _Tree(layers=(), upper=live, dirty=True)
+
+    async def freeze(self, tree: _Tree) -> tuple[_Layer, ...]:
+        if tree.dirty:
+            layer = self.scratch.new_layer()
+            await copy_tree(tree.upper, layer.path)
+            tree.layers, tree.dirty = (layer,), False
+        return tree.layers
+
+    async def fork(self, layers: tuple[_Layer, ...]) -> _Tree:
+        tree = _Tree(layers=layers, upper=self.scratch.new_dir())
+        try:
+            await copy_tree(layers[0].path, tree.upper)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.drop(tree)
+            raise
+        return tree
+
+    async def promote(self, tree: _Tree, live: _Tree) -> None:
+        link = self.scratch.live
+        tmp = link.with_name(f"live.{next(self.scratch.counter)}")
+        tmp.symlink_to(tree.upper)
+        os.replace(tmp, link)  # atomic: the live path never dangles
+
+
+class OverlayTrees(_Trees):
+    """Every state a stack of frozen layers plus an upper dir, mounted with overlayfs: fork costs ~1 ms."""
+
+    name: Mode = "overlay"
+
+    def __init__(self, scratch: _Scratch, options: str, max_layers: int) -> None:
+        super().__init__(scratch)
+        self.options = options  # ",userxattr" inside a user namespace
+        self.xattr = "user.overlay.opaque" if options else "trusted.overlay.opaque"
+        self.max_layers = max_layers
+
+    async def live(self, source: Path | None) -> _Tree:
+        base = _Layer(source, None) if source else self.scratch.new_layer()
+        return await self._new_tree((base,), self.scratch.live)
+
+    async def freeze(self, tree: _Tree) -> tuple[_Layer, ...]:
+        if not tree.dirty:
+            return tree.layers
+        layer = self.scratch.new_layer()
+        old_home = tree.home
+        with anyio.CancelScope(shield=True):  # never leave a tree unmounted
+            await self.unmount(tree)
+            layer.path.rmdir()
+            os.rename(tree.upper, layer.path)
+            layers = (*tree.layers, layer)
+            if len(layers) > self.max_layers:
+                layers = (layers[0], await self._squash(layers[1:]))
+            tree.layers = layers
+            self._fresh_upper(tree)
+            self._mount(tree)
+            tree.dirty = False
+            await anyio.to_thread.run_sync(remove_tree, old_home)
+        return tree.layers
+
+    async def fork(self, layers: tuple[_Layer, ...]) -> _Tree:
+        return await self._new_tree(layers, self.scratch.new_dir("mnt"))
+
+    async def promote(self, tree: _Tree, live: _Tree) -> None:
+        await self.unmount(tree)
+        await self.unmount(live)
+        live.mount = None
+        tree.mount = self.scratch.live
+        self._mount(tree)
+
+    async def unmount(self, tree: _Tree) -> None:
+        if tree.mount is not None:
+            # Detached: a stray reference (a shell cd'd into the tree) must not block a commit.
+            await anyio.to_thread.run_sync(_mounts.umount, tree.mount, True)
+
+    async def _new_tree(self, layers: tuple[_Layer, ...], mountpoint: Path) -> _Tree:
+        """An overlay tree on ``layers`` with a fresh upper, mounted at ``mountpoint``."""
+        tree = _Tree(layers=layers, upper=Path())
+        self._fresh_upper(tree)
+        try:
+            mountpoint.mkdir(exist_ok=True)
+            self._mount(tree, mountpoint)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.drop(tree)
+            raise
+        return tree
+
+    def _fresh_upper(self, tree: _Tree) -> None:
+        base = self.scratch.new_dir()
+        tree.upper, tree.work = base / "upper", base / "work"
+        tree.upper.mkdir()
+        tree.work.mkdir()
+
+    def _mount(self, tree: _Tree, mountpoint: Path | None = None) -> None:
+        mountpoint = mountpoint or tree.mount
+        assert mountpoint is not None
+        lower = ":".join(str(layer.path) for layer in reversed(tree.layers))
+        options = f"lowerdir={lower},upperdir={tree.upper},workdir={tree.work}{self.options}"
+        try:
+            _mounts.mount("overlay", mountpoint, "overlay", 0, options)
+        except OSError as exc:
+            raise SnapshotError(f"overlay mount failed: {exc}") from exc
+        tree.mount = mountpoint
+
+    async def _squash(self, layers: tuple[_Layer, ...]) -> _Layer:
+        merged = self.scratch.new_layer()
+        paths = [layer.path for layer in layers]
+        await anyio.to_thread.run_sync(merge_layers, paths, merged.path, self.xattr)
+        return merged
+
+
+class OverlayBackend(ProgramCalls, LineageBackend[_Tree]):
     """A working directory forked with overlayfs (or copies) on tmpfs.  See the module docstring.
 
     Use as ``async with OverlayBackend(program, source) as backend:`` (or
     ``await OverlayBackend.open(...)`` and ``await backend.close()``).  The live
     tree is visible at :attr:`workdir`; a sandbox's at ``sandbox.path``.
+    ``mode``: ``"overlay"``, ``"copy"`` or ``"auto"`` (overlay where mounts are allowed).
     """
+
+    kind = "overlay"
 
     def __init__(
         self,
@@ -215,6 +391,7 @@ class OverlayBackend:
             raise ConfigError(f"workspace source {source}: overlayfs cannot use a path with ',', ':' or '\\'")
         if mode not in ("auto", "overlay", "copy"):
             raise ConfigError(f"mode must be 'auto', 'overlay' or 'copy', not {mode!r}")
+        super().__init__()
         self.program = program
         self.source = source.resolve() if source is not None else None
         self.limits = limits or Limits()
@@ -224,37 +401,15 @@ class OverlayBackend:
                 "leave Limits.cpus unset, or use the docker backend"
             )
         self.max_layers = max(2, max_layers)
-        self.live_token = new_token()
         self._wanted_mode = mode
         self._confinement = check_confinement(confinement)
         self._scratch = scratch or default_scratch()
         self._pids: PidsCgroups | None = None
         self._id = secrets.token_hex(4)
-        self._counter = itertools.count(1)
-        self._trash: list[Path] = []
-        self._sandboxes: set[OverlaySandbox] = set()
         self._root: Path | None = None
         self._tmpfs = False
-        self._options = "" if _mounts.in_initial_user_namespace() else ",userxattr"
-        self._xattr = "trusted.overlay.opaque" if not self._options else "user.overlay.opaque"
-        self.mode: Mode = "copy"
+        self._trees: _Trees | None = None
         self.jail: HostJail | None = None
-        self._live: _Tree | None = None
-        self._live_lock = anyio.Lock()  # guards the live slot: live calls, live snapshots, commits
-
-    @classmethod
-    async def open(cls, program: SandboxProgram, source: Path | None = None, **options: object) -> OverlayBackend:
-        backend = cls(program, source, **options)  # type: ignore[arg-type]
-        await backend.start()
-        return backend
-
-    async def __aenter__(self) -> OverlayBackend:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        with anyio.CancelScope(shield=True):
-            await self.close()
 
     # ------------------------------------------------------------------ setup
 
@@ -290,24 +445,18 @@ class OverlayBackend:
                     "to run without a disk limit (reported in every result)"
                 ) from exc
             self._tmpfs = False  # disk_bytes=None: plain directories (on /dev/shm by default)
-        overlay_ok = self._tmpfs and self._wanted_mode != "copy" and _probe_overlay(root, self._options)
+        options = "" if _mounts.in_initial_user_namespace() else ",userxattr"
+        overlay_ok = self._tmpfs and self._wanted_mode != "copy" and _probe_overlay(root, options)
         if self._wanted_mode == "overlay" and not overlay_ok:
             raise SnapshotError("overlayfs mounts are refused here (needs root or a user+mount namespace)")
-        self.mode = "overlay" if overlay_ok else "copy"
         self.jail = await host_jail(self._confinement, self.program.ops_file, tmp_bytes=disk)
         if self.jail.kind == "bwrap" and self.limits.pids is not None and not rlimit_nproc_binds():
             self._pids = await anyio.to_thread.run_sync(self._pids_cgroups)
         for sub in ("layers", "trees", "mnt"):
             (root / sub).mkdir()
-        if self.mode == "overlay":
-            base = _Layer(self.source, None) if self.source else self._new_layer()
-            self._live = await self._new_tree((base,), root / "live")
-        else:
-            live = self._new_tree_dir()
-            if self.source:
-                await copy_tree(self.source, live)
-            self._live = _Tree(layers=(), upper=live, dirty=True)
-            (root / "live").symlink_to(live)
+        scratch = _Scratch(root)
+        self._trees = OverlayTrees(scratch, options, self.max_layers) if overlay_ok else CopyTrees(scratch)
+        self._set_live(await self._trees.live(self.source))
 
     def _pids_cgroups(self) -> PidsCgroups:
         """Per-call pids cgroups (root: RLIMIT_NPROC does not bind root's processes); refuse without them."""
@@ -323,6 +472,11 @@ class OverlayBackend:
             f"cannot enforce the process limit (Limits.pids={self.limits.pids}) as root: {problem}; "
             "mount the pids cgroup, or pass Limits(pids=None) to run without it (reported in every result)"
         )
+
+    @property
+    def mode(self) -> Mode:
+        """The strategy in use: ``"overlay"`` or ``"copy"`` (``"copy"`` until started)."""
+        return self._trees.name if self._trees is not None else "copy"
 
     @property
     def confinement(self) -> Confinement:
@@ -359,228 +513,51 @@ class OverlayBackend:
             raise SnapshotError("backend not started")
         return self._root / "live"
 
-    def _new_layer(self) -> _Layer:
-        assert self._root is not None
-        path = self._root / "layers" / str(next(self._counter))
-        path.mkdir()
-        return _Layer(path, self._trash)
-
-    def _new_tree_dir(self) -> Path:
-        assert self._root is not None
-        path = self._root / "trees" / str(next(self._counter))
-        path.mkdir()
-        return path
-
-    async def _new_tree(self, layers: tuple[_Layer, ...], mountpoint: Path) -> _Tree:
-        """An overlay tree on ``layers`` with a fresh upper, mounted at ``mountpoint``."""
-        tree = _Tree(layers=layers, upper=Path(), dirty=False)
-        self._fresh_upper(tree)
-        mountpoint.mkdir(exist_ok=True)
-        tree.mount = mountpoint
-        self._mount(tree)
-        return tree
-
-    def _fresh_upper(self, tree: _Tree) -> None:
-        base = self._new_tree_dir()
-        tree.upper, tree.work = base / "upper", base / "work"
-        tree.upper.mkdir()
-        tree.work.mkdir()
-
-    def _mount(self, tree: _Tree) -> None:
-        assert tree.mount is not None
-        lower = ":".join(str(layer.path) for layer in reversed(tree.layers))
-        options = f"lowerdir={lower},upperdir={tree.upper},workdir={tree.work}{self._options}"
-        try:
-            _mounts.mount("overlay", tree.mount, "overlay", 0, options)
-        except OSError as exc:
-            raise SnapshotError(f"overlay mount failed: {exc}") from exc
-
-    async def _unmount(self, tree: _Tree) -> None:
-        if tree.mount is not None:
-            # Detached: a stray reference (a shell cd'd into the tree) must not block a commit.
-            await anyio.to_thread.run_sync(_mounts.umount, tree.mount, True)
-
-    # ------------------------------------------------------------------ protocol
-
-    def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
-        return self.program.tool_specs(requestor)
-
-    def effect(self, name: str) -> Effect:
-        return self.program.effect(name)
-
-    async def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
-        """Run a call on the live tree (a call that may write gives live a new token)."""
-        step = plan(self.program, call, requestor)
-        if isinstance(step, Observation):
-            return step
-        async with self._live_lock:
-            observation = await self._run(self._require_live(), step, call, requestor, None)
-            if self.effect(call.name) is not Effect.READ_ONLY:
-                self.live_token = new_token()  # read-only calls leave live, and every fork of it, valid
-        return observation
-
-    async def snapshot(self, source: Sandbox | None = None) -> Snapshot:
-        """Freeze the live tree, or a sandbox's (O(1) when it did not change since the last freeze)."""
-        if source is None:
-            async with self._live_lock:
-                layers = await self._freeze(self._require_live())
-                return Snapshot(ref=OverlayRef(layers, self._id), lineage=(self.live_token,))
-        sandbox = self._own(source)
-        async with sandbox.tree.lock:
-            self._own(sandbox)
-            ref = OverlayRef(await self._freeze(sandbox.tree), self._id)
-            return Snapshot(ref=ref, lineage=(*sandbox.lineage, sandbox.token))
-
-    async def fork(self, snapshot: Snapshot) -> OverlaySandbox:
-        ref = snapshot.ref
-        if not isinstance(ref, OverlayRef) or ref.backend_id != self._id:
-            raise SnapshotError("snapshot does not belong to this overlay backend")
-        assert self._root is not None
-        tree: _Tree | None = None
-        try:
-            if self.mode == "overlay":
-                tree = await self._new_tree(ref.layers, self._root / "mnt" / str(next(self._counter)))
-            else:
-                tree = _Tree(layers=ref.layers, upper=self._new_tree_dir())
-                await copy_tree(ref.layers[0].path, tree.upper)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                if tree is not None:
-                    await self._drop(tree)
-            raise
-        sandbox = OverlaySandbox(backend=self, tree=tree, lineage=snapshot.lineage, token=snapshot.token)
-        self._sandboxes.add(sandbox)
-        return sandbox
-
-    async def commit(self, sandbox: Sandbox) -> None:
-        """Promote the sandbox's tree to live; :class:`StaleSnapshotError` unless it descends from live."""
-        box = self._own(sandbox)
-        async with self._live_lock, box.tree.lock:
-            self._own(box)
-            live = self._require_live()
-            check_descends(box, self.live_token)
-            # The swap must not be left half done by a cancellation.
-            with anyio.CancelScope(shield=True):
-                await self._promote(box.tree, live)
-                self._live = box.tree
-                self.live_token = box.token
-                box.discarded = True
-                self._sandboxes.discard(box)
-                await self._drop(live)
-
-    async def _promote(self, tree: _Tree, live: _Tree) -> None:
-        assert self._root is not None
-        link = self._root / "live"
-        if self.mode == "overlay":
-            await self._unmount(tree)
-            await self._unmount(live)
-            live.mount = None
-            tree.mount = link
-            self._mount(tree)
-        else:
-            tmp = self._root / f"live.{next(self._counter)}"
-            tmp.symlink_to(tree.upper)
-            os.replace(tmp, link)  # atomic: the live path never dangles
-
-    async def discard(self, sandbox: Sandbox) -> None:
-        """Stop whatever runs in the sandbox and drop its tree (layers shared with snapshots stay)."""
-        if not isinstance(sandbox, OverlaySandbox) or sandbox.backend is not self or sandbox.discarded:
-            return
-        sandbox.discarded = True
-        if sandbox._running is not None:
-            sandbox._running.cancel()  # discard kills a running call for real
-        with anyio.CancelScope(shield=True):
-            async with sandbox.tree.lock:
-                self._sandboxes.discard(sandbox)
-                await self._drop(sandbox.tree)
-
     async def close(self) -> None:
         """Unmount and delete everything this backend made (the tmpfs goes in one unmount)."""
         root, self._root = self._root, None
         if root is None:
             return
-        for sandbox in list(self._sandboxes):
-            sandbox.discarded = True
-            if sandbox._running is not None:
-                sandbox._running.cancel()
-        self._sandboxes.clear()
-        self._live = None
+        self._forget_sandboxes()
         pids, self._pids = self._pids, None
         if pids is not None:
             await anyio.to_thread.run_sync(pids.close)
         await anyio.to_thread.run_sync(_mounts.unmount_all, root)
         await anyio.to_thread.run_sync(remove_tree, root)
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ the mechanism
 
-    def _require_live(self) -> _Tree:
-        if self._live is None:
+    def _branch(self, state: _Tree, lineage: tuple[str, ...], token: str) -> OverlaySandbox:
+        return OverlaySandbox(calls=self, state=state, lineage=lineage, token=token)
+
+    def _require_trees(self) -> _Trees:
+        if self._trees is None or self._root is None:
             raise SnapshotError("overlay backend is not started (or already closed)")
-        return self._live
+        return self._trees
 
-    def _own(self, sandbox: Sandbox) -> OverlaySandbox:
-        if not isinstance(sandbox, OverlaySandbox) or sandbox.backend is not self or sandbox.discarded:
-            raise SnapshotError("can only use a live sandbox of this backend")
-        return sandbox
+    def _accepts(self, ref: object) -> bool:
+        return isinstance(ref, OverlayRef) and ref.backend_id == self._id
 
-    async def _freeze(self, tree: _Tree) -> tuple[_Layer, ...]:
-        """The tree's state as frozen layers; the tree goes on from a fresh upper (caller holds the lock)."""
-        if not tree.dirty:
-            return tree.layers
-        layer = self._new_layer()
-        if self.mode == "copy":
-            await copy_tree(tree.upper, layer.path)
-            tree.layers = (layer,)
-            tree.dirty = False
-            return tree.layers
-        with anyio.CancelScope(shield=True):  # never leave a tree unmounted
-            await self._unmount(tree)
-            layer.path.rmdir()
-            os.rename(tree.upper, layer.path)
-            assert tree.work is not None
-            old_work = tree.work
-            layers = (*tree.layers, layer)
-            if len(layers) > self.max_layers:
-                layers = (layers[0], await self._squash(layers[1:]))
-            tree.layers = layers
-            self._fresh_upper(tree)
-            self._mount(tree)
-            tree.dirty = False
-            await anyio.to_thread.run_sync(remove_tree, old_work.parent)
-        return tree.layers
+    async def _freeze(self, tree: _Tree) -> OverlayRef:
+        """The tree's layers (O(1) when it did not change since the last freeze)."""
+        return OverlayRef(await self._require_trees().freeze(tree), self._id)
 
-    async def _squash(self, layers: tuple[_Layer, ...]) -> _Layer:
-        merged = self._new_layer()
-        paths = [layer.path for layer in layers]
-        await anyio.to_thread.run_sync(merge_layers, paths, merged.path, self._xattr)
-        return merged
+    async def _fork_state(self, ref: OverlayRef) -> _Tree:
+        return await self._require_trees().fork(ref.layers)
+
+    async def _promote(self, tree: _Tree, live: _Tree) -> _Tree:
+        """The sandbox's tree becomes live (remounted, or relinked, at the live path); the old one goes."""
+        trees = self._require_trees()
+        await trees.promote(tree, live)
+        await trees.drop(live)
+        return tree
 
     async def _drop(self, tree: _Tree) -> None:
-        await self._unmount(tree)
-        doomed = [tree.upper.parent if self.mode == "overlay" else tree.upper, *self._trash]
-        self._trash.clear()
-        if tree.mount is not None:
-            doomed.append(tree.mount)
-        for path in doomed:
-            await anyio.to_thread.run_sync(remove_tree, path)
+        await self._require_trees().drop(tree)
 
-    async def _execute_in(self, sandbox: OverlaySandbox, call: ToolCall, requestor: Requestor) -> Observation:
-        self._own(sandbox)
-        step = plan(self.program, call, requestor)
-        if isinstance(step, Observation):
-            return step
-        async with sandbox.tree.lock:
-            self._own(sandbox)
-            observation = await self._run(sandbox.tree, step, call, requestor, sandbox)
-            if self.effect(call.name) is not Effect.READ_ONLY:
-                sandbox.token = new_token()
-        return observation
-
-    async def _run(
-        self, tree: _Tree, step: Op, call: ToolCall, requestor: Requestor, sandbox: OverlaySandbox | None
-    ) -> Observation:
-        """Run one op in ``tree`` (the caller holds the tree's lock); the deadline or a discard kills it."""
-        if self.program.effect(call.name) is not Effect.READ_ONLY:
+    async def _run(self, tree: _Tree, step: Op, call: ToolCall, requestor: Requestor) -> Observation:
+        """Run one op in ``tree`` confined by the jail (the caller holds the tree's lock and its deadline)."""
+        if self.effect(call.name) is not Effect.READ_ONLY:
             tree.dirty = True  # set first: a call killed half way may still have written
         jail = self._require_jail()
         workspace, ops_path = jail.paths(tree.view)
@@ -592,41 +569,18 @@ class OverlayBackend:
         assert self._root is not None
         cwd = tree.view if jail.kind == "none" else self._root
         argv, group = jail.argv(tree.view), None
-        code, out, err = -1, b"", b""  # what a call cancelled before it answered leaves
         if self._pids is not None and self.limits.pids is not None:
             group = await anyio.to_thread.run_sync(self._pids.new_call, self.limits.pids)
             argv = ["/bin/sh", "-c", ENTER, str(group), *argv]
-        with anyio.CancelScope(deadline=anyio.current_time() + self.limits.call_timeout_s) as scope:
-            if sandbox is not None:
-                sandbox._running = scope
-            try:
-                code, out, err = await run_confined(argv, payload, cwd)
-            finally:
-                if sandbox is not None:
-                    sandbox._running = None
-                if group is not None:
-                    with anyio.CancelScope(shield=True):
-                        await anyio.to_thread.run_sync(remove_group, group)
-        return with_isolation(self._observe(call, requestor, sandbox, scope, code, err, out), self.weakened)
+        try:
+            code, out, err = await run_confined(argv, payload, cwd)
+        finally:
+            if group is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(remove_group, group)
+        return runner_observation(call, requestor, code, out, err)
 
     def _require_jail(self) -> HostJail:
         if self.jail is None:
             raise SnapshotError("overlay backend is not started (or already closed)")
         return self.jail
-
-    def _observe(
-        self,
-        call: ToolCall,
-        requestor: Requestor,
-        sandbox: OverlaySandbox | None,
-        scope: anyio.CancelScope,
-        code: int,
-        err: bytes,
-        out: bytes,
-    ) -> Observation:
-        if scope.cancelled_caught:
-            if sandbox is not None and sandbox.discarded:
-                return error_observation(call, requestor, "the sandbox was discarded while the call ran")
-            return error_observation(call, requestor, f"the call ran past {self.limits.call_timeout_s}s and was killed")
-        detail = f" (exit code {code}: {err.decode(errors='replace').strip()[-300:]})" if code else ""
-        return answer_observation(call, requestor, out, detail)

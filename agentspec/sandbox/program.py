@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agentspec.errors import ConfigError
+from agentspec.snapshot import error_observation
 from agentspec.tools import Toolkit
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
 
@@ -163,10 +164,6 @@ def plan(program: SandboxProgram, call: ToolCall, requestor: Requestor = "assist
     return op
 
 
-def error_observation(call: ToolCall, requestor: Requestor, text: str) -> Observation:
-    return Observation(call_id=call.id, name=call.name, content=f"Error: {text}", error=True, requestor=requestor)
-
-
 def with_isolation(observation: Observation, weakened: str | None) -> Observation:
     """``observation`` marked with the isolation opt-ins it ran under (``"unconfined"``...); as is when none."""
     if weakened is None:
@@ -184,3 +181,42 @@ def answer_observation(call: ToolCall, requestor: Requestor, stdout: bytes, deta
     if not ok:
         return error_observation(call, requestor, content)
     return Observation(call_id=call.id, name=call.name, content=content, requestor=requestor)
+
+
+def runner_observation(call: ToolCall, requestor: Requestor, code: int, out: bytes, err: bytes) -> Observation:
+    """What a finished runner process answered; a non-zero exit code and its stderr explain a runner that died."""
+    detail = f" (exit code {code}: {err.decode(errors='replace').strip()[-300:]})" if code else ""
+    return answer_observation(call, requestor, out, detail)
+
+
+class ProgramCalls:
+    """The call half shared by the backends that run a :class:`SandboxProgram` (overlay, copy, Docker).
+
+    Mixed in before :class:`~agentspec.snapshot.LineageBackend`: a call is planned
+    in the host process (a wrong call never enters the sandbox), bounded by
+    ``limits.call_timeout_s``, and every observation made in the sandbox is marked
+    with the isolation opt-ins in force (``weakened``).
+    """
+
+    program: SandboxProgram
+    limits: Limits
+
+    @property
+    def weakened(self) -> str | None:
+        """The isolation opt-ins in force, as every observation records them (None: everything promised)."""
+        raise NotImplementedError
+
+    def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
+        return self.program.tool_specs(requestor)
+
+    def effect(self, name: str) -> Effect:
+        return self.program.effect(name)
+
+    def _plan(self, call: ToolCall, requestor: Requestor) -> Op | Observation:
+        return plan(self.program, call, requestor)
+
+    def _label(self, observation: Observation) -> Observation:
+        return with_isolation(observation, self.weakened)
+
+    def _deadline_s(self) -> float | None:
+        return self.limits.call_timeout_s

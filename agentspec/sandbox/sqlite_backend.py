@@ -25,23 +25,19 @@ live in memory, so ``max_bytes`` also bounds each fork's memory.
 
 from __future__ import annotations
 
-import itertools
 import json
 import sqlite3
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import anyio
 
 from agentspec.errors import ConfigError, SnapshotError
-from agentspec.snapshot import Sandbox, Snapshot, check_descends, new_token
+from agentspec.snapshot import Branch, LineageBackend
 from agentspec.tools import Toolkit, tool
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
-
-_ids = itertools.count(1)
 
 
 class SqliteTools(Toolkit):
@@ -140,22 +136,13 @@ class _Db:
     toolkit: Toolkit
     dirty: bool = False
     cached: SqliteRef | None = None
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
-@dataclass(eq=False)
-class SqliteSandbox:
+@dataclass(eq=False, kw_only=True)
+class SqliteSandbox(Branch[_Db]):
     """A fork: an in-memory copy of a snapshot."""
 
-    backend: SqliteBackend = field(repr=False)
-    db: _Db = field(repr=False)
-    lineage: tuple[str, ...]
-    token: str
-    id: str = field(default_factory=lambda: f"sql-{next(_ids)}")
-    discarded: bool = False
-
-    async def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
-        return await self.backend._execute_in(self, call, requestor)
+    prefix = "sql"
 
 
 def _backup(source: sqlite3.Connection, target: sqlite3.Connection, lock: threading.Lock | None = None) -> None:
@@ -166,35 +153,21 @@ def _backup(source: sqlite3.Connection, target: sqlite3.Connection, lock: thread
         source.backup(target)
 
 
-class SqliteBackend:
+class SqliteBackend(LineageBackend[_Db]):
     """A SQLite database file forked through the backup API.  See the module docstring."""
+
+    kind = "SQLite"
 
     def __init__(self, path: Path, toolkit: ToolkitFactory = SqliteTools, *, max_bytes: int = 2**30) -> None:
         if max_bytes <= 0:
             raise ConfigError(f"max_bytes must be positive, not {max_bytes!r}")
+        super().__init__()
         self.path = path
         self.max_bytes = max_bytes
-        self.live_token = new_token()
         self._factory = toolkit
-        self._live: _Db | None = None
-        self._live_lock = anyio.Lock()  # guards the live slot: live calls, live snapshots, commits
-        self._sandboxes: set[SqliteSandbox] = set()
-
-    @classmethod
-    async def open(cls, path: Path, toolkit: ToolkitFactory = SqliteTools, *, max_bytes: int = 2**30) -> SqliteBackend:
-        backend = cls(path, toolkit, max_bytes=max_bytes)
-        await backend.start()
-        return backend
-
-    async def __aenter__(self) -> SqliteBackend:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        await self.close()
 
     async def start(self) -> None:
-        if self._live is not None:
+        if self._started:
             return
         if not self.path.parent.is_dir():
             raise ConfigError(f"no folder for the database {self.path}")
@@ -202,7 +175,7 @@ class SqliteBackend:
             conn = _confine(sqlite3.connect(self.path, check_same_thread=False, isolation_level=None), self.max_bytes)
         except sqlite3.Error as exc:
             raise SnapshotError(f"cannot open {self.path}: {exc}") from exc
-        self._live = _Db(conn=conn, toolkit=self._factory(conn))
+        self._set_live(_Db(conn=conn, toolkit=self._factory(conn)))
 
     def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
         return self._require_live().toolkit.specs()
@@ -211,81 +184,21 @@ class SqliteBackend:
         kit = self._require_live().toolkit
         return kit.effect(name) if kit.has_tool(name) else Effect.MUTATING
 
-    async def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
-        """Run a call on the live database (a call that may write gives live a new token)."""
-        async with self._live_lock:
-            observation = await self._run(self._require_live(), call, requestor)
-            if self.effect(call.name) is not Effect.READ_ONLY:
-                self.live_token = new_token()  # read-only calls leave live, and every fork of it, valid
-        return observation
-
-    async def snapshot(self, source: Sandbox | None = None) -> Snapshot:
-        if source is None:
-            async with self._live_lock:
-                return Snapshot(ref=await self._freeze(self._require_live()), lineage=(self.live_token,))
-        sandbox = self._own(source)
-        async with sandbox.db.lock:
-            self._own(sandbox)
-            return Snapshot(ref=await self._freeze(sandbox.db), lineage=(*sandbox.lineage, sandbox.token))
-
-    async def fork(self, snapshot: Snapshot) -> SqliteSandbox:
-        ref = snapshot.ref
-        if not isinstance(ref, SqliteRef) or ref.backend_id != id(self):
-            raise SnapshotError("snapshot does not belong to this SQLite backend")
-        conn = _memory(self.max_bytes)
-        try:
-            await anyio.to_thread.run_sync(_backup, ref.frozen.conn, conn, ref.frozen.lock)
-        except BaseException:
-            conn.close()
-            raise
-        db = _Db(conn=conn, toolkit=self._factory(conn), cached=ref)  # equal to the snapshot until it runs a call
-        sandbox = SqliteSandbox(backend=self, db=db, lineage=snapshot.lineage, token=snapshot.token)
-        self._sandboxes.add(sandbox)
-        return sandbox
-
-    async def commit(self, sandbox: Sandbox) -> None:
-        """Write the sandbox's database into the live file; :class:`StaleSnapshotError` unless it descends."""
-        box = self._own(sandbox)
-        async with self._live_lock, box.db.lock:
-            self._own(box)
-            live = self._require_live()
-            check_descends(box, self.live_token)
-            with anyio.CancelScope(shield=True):  # a half-written commit is not an option
-                await anyio.to_thread.run_sync(_backup, box.db.conn, live.conn)
-                live.dirty, live.cached = True, None
-                self.live_token = box.token
-                box.discarded = True
-                self._sandboxes.discard(box)
-                box.db.conn.close()
-
-    async def discard(self, sandbox: Sandbox) -> None:
-        if not isinstance(sandbox, SqliteSandbox) or sandbox.backend is not self or sandbox.discarded:
-            return
-        sandbox.discarded = True
-        sandbox.db.conn.interrupt()  # stop a running statement
-        with anyio.CancelScope(shield=True):
-            async with sandbox.db.lock:
-                self._sandboxes.discard(sandbox)
-                sandbox.db.conn.close()
-
     async def close(self) -> None:
-        for sandbox in list(self._sandboxes):
-            await self.discard(sandbox)
-        if self._live is not None:
-            self._live.conn.close()
-            self._live = None
+        for box in list(self._sandboxes):
+            await self.discard(box)  # waits for its interrupted statement: a connection in use cannot close
+        was_live = self._started
+        self._forget_sandboxes()
+        if was_live:
+            self._head.state.conn.close()
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ the mechanism
 
-    def _require_live(self) -> _Db:
-        if self._live is None:
-            raise SnapshotError("SQLite backend is not started (or already closed)")
-        return self._live
+    def _branch(self, state: _Db, lineage: tuple[str, ...], token: str) -> SqliteSandbox:
+        return SqliteSandbox(calls=self, state=state, lineage=lineage, token=token)
 
-    def _own(self, sandbox: Sandbox) -> SqliteSandbox:
-        if not isinstance(sandbox, SqliteSandbox) or sandbox.backend is not self or sandbox.discarded:
-            raise SnapshotError("can only use a live sandbox of this backend")
-        return sandbox
+    def _accepts(self, ref: object) -> bool:
+        return isinstance(ref, SqliteRef) and ref.backend_id == id(self)
 
     async def _freeze(self, db: _Db) -> SqliteRef:
         if not db.dirty and db.cached is not None:
@@ -296,16 +209,29 @@ class SqliteBackend:
         db.dirty = False
         return db.cached
 
-    async def _execute_in(self, sandbox: SqliteSandbox, call: ToolCall, requestor: Requestor) -> Observation:
-        self._own(sandbox)
-        async with sandbox.db.lock:
-            self._own(sandbox)
-            observation = await self._run(sandbox.db, call, requestor)
-            if self.effect(call.name) is not Effect.READ_ONLY:
-                sandbox.token = new_token()
-        return observation
+    async def _fork_state(self, ref: SqliteRef) -> _Db:
+        conn = _memory(self.max_bytes)
+        try:
+            await anyio.to_thread.run_sync(_backup, ref.frozen.conn, conn, ref.frozen.lock)
+        except BaseException:
+            conn.close()
+            raise
+        return _Db(conn=conn, toolkit=self._factory(conn), cached=ref)  # equal to the snapshot until it runs a call
 
-    async def _run(self, db: _Db, call: ToolCall, requestor: Requestor) -> Observation:
+    async def _promote(self, db: _Db, live: _Db) -> _Db:
+        """Write the sandbox's database into the live file (one transaction: readers see all of it or none)."""
+        await anyio.to_thread.run_sync(_backup, db.conn, live.conn)
+        live.dirty, live.cached = True, None
+        db.conn.close()
+        return live
+
+    async def _drop(self, db: _Db) -> None:
+        db.conn.close()
+
+    def _stop(self, branch: Branch[_Db]) -> None:
+        branch.state.conn.interrupt()  # the running statement fails with "interrupted"
+
+    async def _run(self, db: _Db, step: object, call: ToolCall, requestor: Requestor) -> Observation:
         """Run a tool in a worker thread (caller holds the lock); cancellation interrupts its statement."""
         if not (db.toolkit.has_tool(call.name) and db.toolkit.effect(call.name) is Effect.READ_ONLY):
             db.dirty = True

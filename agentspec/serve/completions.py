@@ -20,14 +20,16 @@ from typing import Any
 
 import anyio
 
+from agentspec.decoding.generation import RequestContext, SamplingParams, TokenOut
+from agentspec.decoding.grammar import GrammarConstraint, ToolDef, schema_error, tool_grammar
+from agentspec.errors import ConfigError
 from agentspec.models.parsing import extract_tool_calls
-from agentspec.serve.engine import Engine, SamplingParams, TokenOut
-from agentspec.serve.grammar import GrammarConstraint, check_tools, tool_grammar
+from agentspec.serve.engine import Engine
 from agentspec.serve.prompt import render_prompt
 from agentspec.serve.protocol import APIError, ChatRequest, parse_request
 from agentspec.serve.text import TextAssembler, ToolCallHoldback
 
-__all__ = ["CompletionResponse", "PROBE_CHARS_PER_TOKEN", "Prepared", "check_prompt_size", "prepare"]
+__all__ = ["CompletionResponse", "PROBE_CHARS_PER_TOKEN", "Prepared", "check_prompt_size", "check_tools", "prepare"]
 
 Send = Any
 Receive = Any
@@ -42,7 +44,7 @@ class Prepared:
     prompt: list[int]
     params: SamplingParams
     constraint: GrammarConstraint | None
-    context: Any = None
+    context: RequestContext | None = None
     """The engine decoder's view of the request (ToolSpec: tools, hints, per-request stats), if it has one."""
 
 
@@ -75,9 +77,28 @@ def prepare(body: bytes, engines: dict[str, Engine], default_max_tokens: int) ->
             request.tools, only=request.forced_function, parallel=bool(request.parallel_tool_calls),
             ll_tokenizer=lm.ll_tokenizer,
         )
-        constraint = GrammarConstraint(grammar, lm.ll_tokenizer, lm.vocab_size)
-    context = engine.decoder.context(request) if engine.decoder is not None else None
-    return Prepared(request, engine, prompt, params, constraint, context)
+        try:
+            constraint = GrammarConstraint(grammar, lm.ll_tokenizer, lm.vocab_size)
+        except ConfigError as exc:
+            raise APIError(400, str(exc), code="invalid_schema") from None
+    return Prepared(request, engine, prompt, params, constraint, _context(request, engine))
+
+
+def check_tools(tools: list[ToolDef], ll_tokenizer: Any) -> None:
+    """Raise a 400 :class:`APIError` (code ``invalid_schema``) for a tool whose parameters are not a usable schema."""
+    for index, tool in enumerate(tools):
+        problem = schema_error(tool, ll_tokenizer)
+        if problem is not None:
+            param = f"tools[{index}].function.parameters"
+            raise APIError(400, f"{param} {problem}", code="invalid_schema", param=param)
+
+
+def _context(request: ChatRequest, engine: Engine) -> RequestContext | None:
+    """The engine decoder's context of ``request``: the active tools' functions, the messages, the client's hints."""
+    tools = [tool.function.model_dump(exclude_none=True) for tool in request.tools or []] \
+        if request.tools_active else []
+    messages = [{"role": m.role, "content": m.text()} for m in request.messages]
+    return engine.decoder.context(tools, messages, list(request.agentspec_hints or []))
 
 
 PROBE_CHARS_PER_TOKEN = 8

@@ -1,4 +1,11 @@
-"""Token generation over one local model: prefix KV reuse, sampling, grammar constraints, interleaving.
+"""Scheduling over one local model: turns under a FIFO lock, prefix KV reuse, a decoder behind a protocol.
+
+The engine decides *when* a request steps and *where* its KV cache comes
+from; *how* tokens are chosen belongs to the decoder it drives through the
+:class:`~agentspec.decoding.generation.Generator` protocol:
+:class:`~agentspec.decoding.plain.PlainGenerator` (greedy or sampled, one
+forward per token; the default) or the ToolSpec
+:class:`~agentspec.decoding.serving.ServingDecoder`.
 
 Concurrency: there is no batching.  An :class:`Engine` owns one model and a
 FIFO lock (``anyio.Lock`` hands ownership to the longest waiter); every unit
@@ -22,7 +29,6 @@ caches only ever grow by concatenation into new tensors, never in place.
 
 from __future__ import annotations
 
-import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,33 +38,15 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
-from agentspec.models.local import LocalModel, require
-from agentspec.serve.grammar import GrammarConstraint
+from agentspec.decoding.generation import Generator, RequestContext, SamplingParams, TokenOut, TokenStream
+from agentspec.decoding.grammar import GrammarConstraint
+from agentspec.decoding.kv_cache import Reuse
+from agentspec.decoding.plain import PlainGenerator
+from agentspec.models.local import LocalModel
 
-__all__ = ["Engine", "EngineStats", "PrefixCache", "SamplingParams", "TokenOut"]
+__all__ = ["Engine", "EngineStats", "PrefixCache"]
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingParams:
-    """How to pick tokens: ``temperature`` 0 is greedy (deterministic); ``seed`` makes sampling repeatable."""
-
-    max_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    top_logprobs: int = 0
-    ignore_eos: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TokenOut:
-    """One generated token, its log probability under the model (before any grammar mask) and the top alternatives."""
-
-    id: int
-    logprob: float
-    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass
@@ -95,7 +83,7 @@ class PrefixCache:
     max_tokens: int = 32_768
     _entries: list[_Entry] = field(default_factory=list)
 
-    def lookup(self, prompt: list[int], running: Sequence[Any] = ()) -> tuple[int, list[tuple[Any, Any]]]:
+    def lookup(self, prompt: list[int], running: Sequence[TokenStream] = ()) -> Reuse:
         """The longest reusable prefix among the entries and the ``running`` generations (``covered``, ``layers()``)."""
         query = np.asarray(prompt, dtype=np.int64)
         best, best_len = None, 0
@@ -139,127 +127,21 @@ def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     return int(differ[0]) if len(differ) else n
 
 
-class _Generation:
-    """The state of one request between steps; its methods run in a worker thread under the engine lock."""
-
-    def __init__(
-        self, lm: LocalModel, prompt: list[int], params: SamplingParams, reuse: tuple[int, list[tuple[Any, Any]]],
-        constraint: GrammarConstraint | None, prefill_chunk: int,
-    ) -> None:
-        self.torch = require("torch")
-        transformers = require("transformers")
-        self.lm, self.params, self.constraint = lm, params, constraint
-        cached, layers = reuse
-        data = [(k[..., :cached, :], v[..., :cached, :]) for k, v in layers] if cached else None
-        self.cache = transformers.DynamicCache(ddp_cache_data=data, config=lm.model.config)
-        self.covered = list(prompt[:cached])
-        self.pending = list(prompt[cached:])
-        self.cached = cached
-        self.chunk = prefill_chunk
-        self.next_logits: Any = None
-        self.generated = 0
-        seed = params.seed if params.seed is not None else random.getrandbits(62)
-        self.rng = self.torch.Generator().manual_seed(seed)
-
-    @property
-    def prefilled(self) -> bool:
-        return not self.pending
-
-    def layers(self) -> list[tuple[Any, Any]]:
-        return [(layer.keys, layer.values) for layer in self.cache.layers if layer.is_initialized]
-
-    def _forward(self, ids: list[int], keep: int = 1) -> Any:
-        torch = self.torch
-        with torch.inference_mode():
-            out = self.lm.model(
-                input_ids=torch.tensor([ids]), cache=self.cache, use_cache=True, logits_to_keep=keep
-            )
-        self.covered.extend(ids)
-        return out.logits[0].float()
-
-    def prefill(self) -> None:
-        """Compute the next chunk of the prompt."""
-        chunk, self.pending = self.pending[: self.chunk], self.pending[self.chunk :]
-        self.next_logits = self._forward(chunk)[-1]
-
-    def decode(self) -> tuple[list[TokenOut], str | None]:
-        """The next token(s) and, when generation must end, why ("stop" or "length")."""
-        if self.constraint is not None:
-            forced = self.constraint.forced()[: self.params.max_tokens - self.generated]
-            if forced:
-                return self._emit_forced(forced)
-        token = self._sample()
-        if token in self.lm.stop_token_ids and not self.params.ignore_eos:
-            return [], "stop"
-        out = self._describe(self.next_logits, token)
-        self.generated += 1
-        if self.constraint is not None:
-            self.constraint.consume([token])
-        finish = self._finish()
-        if finish is None:
-            self.next_logits = self._forward([token])[-1]
-        return [out], finish
-
-    def _finish(self) -> str | None:
-        if self.generated >= self.params.max_tokens:
-            return "length"
-        if self.constraint is not None and self.constraint.done:
-            return "stop"
-        return None
-
-    def _emit_forced(self, forced: list[int]) -> tuple[list[TokenOut], str | None]:
-        assert self.constraint is not None
-        self.constraint.consume(forced)
-        self.generated += len(forced)
-        # One forward over all forced tokens: the logits after each give the next one's log probability
-        # (and the KV of a finished call serves the next turn's prefix).
-        after = self._forward(forced, keep=len(forced))
-        rows = [self.next_logits, *after[:-1]]
-        self.next_logits = after[-1]
-        return [self._describe(row, token) for row, token in zip(rows, forced)], self._finish()
-
-    def _sample(self) -> int:
-        torch = self.torch
-        logits = self.next_logits.clone()
-        if self.constraint is not None:
-            logits[torch.from_numpy(~self.constraint.allowed())] = float("-inf")
-        if self.params.ignore_eos and self.constraint is None:  # a finished grammar may allow nothing but the end
-            logits[list(self.lm.stop_token_ids)] = float("-inf")
-        if self.params.temperature == 0:
-            return int(torch.argmax(logits))
-        probs = torch.softmax(logits / self.params.temperature, dim=-1)
-        if self.params.top_p < 1:
-            sorted_probs, order = torch.sort(probs, descending=True)
-            drop = torch.cumsum(sorted_probs, dim=-1) - sorted_probs >= self.params.top_p
-            probs[order[drop]] = 0
-        return int(torch.multinomial(probs, 1, generator=self.rng))
-
-    def _describe(self, logits: Any, token: int) -> TokenOut:
-        torch = self.torch
-        logprobs = torch.log_softmax(logits, dim=-1)
-        top: tuple[tuple[int, float], ...] = ()
-        if self.params.top_logprobs:
-            values, ids = torch.topk(logprobs, self.params.top_logprobs)
-            top = tuple(zip(ids.tolist(), values.tolist()))
-        return TokenOut(id=token, logprob=float(logprobs[token]), top=top)
-
-
 class Engine:
     """Serves generations of one :class:`LocalModel`, one step at a time, with prefix reuse (module docstring)."""
 
     def __init__(
         self, lm: LocalModel, *, prefill_chunk: int = 2048, prefix_cache: PrefixCache | None = None,
-        decoder: Any = None,
+        decoder: Generator | None = None,
     ) -> None:
         self.lm = lm
-        # A decoder (agentspec.decoding.serving.ServingDecoder) may take over requests it can serve (greedy ones).
-        self.decoder = decoder
+        self.decoder: Generator = decoder if decoder is not None else PlainGenerator()
         self.stats = EngineStats()
         self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
         self._lock = anyio.Lock()
         self._prefill_chunk = prefill_chunk
-        self._running: list[Any] = []
-        self.contexts: dict[str, Any] = {}
+        self._running: list[TokenStream] = []
+        self.contexts: dict[str, RequestContext] = {}
         """Decoder contexts of running requests by their ``agentspec_request_id`` (targets of hints)."""
 
     @cached_property
@@ -277,7 +159,7 @@ class Engine:
 
     async def generate(
         self, prompt: list[int], params: SamplingParams, constraint: GrammarConstraint | None = None,
-        on_start: Callable[[int], None] | None = None, context: Any = None,
+        on_start: Callable[[int], None] | None = None, context: RequestContext | None = None,
     ) -> AsyncIterator[tuple[list[TokenOut], str | None]]:
         """Yield ``(tokens, finish_reason)`` per step; the last has a finish reason unless the caller stops early.
 
@@ -289,7 +171,7 @@ class Engine:
         """
         self.stats.active += 1
         self.stats.prompt_tokens += len(prompt)
-        gen: _Generation | None = None
+        gen: TokenStream | None = None
         try:
             gen = await self._locked(lambda: self._start(prompt, params, constraint, context))
             self._running.append(gen)
@@ -308,16 +190,13 @@ class Engine:
             if gen is not None:
                 self._running.remove(gen)
                 self.prefix_cache.store(gen.covered, gen.layers())
-                if hasattr(gen, "close"):
-                    gen.close()
+                gen.close()
 
     def _start(
-        self, prompt: list[int], params: SamplingParams, constraint: GrammarConstraint | None, context: Any = None,
-    ) -> _Generation:
+        self, prompt: list[int], params: SamplingParams, constraint: GrammarConstraint | None,
+        context: RequestContext | None,
+    ) -> TokenStream:
         reuse = self.prefix_cache.lookup(prompt, [gen for gen in self._running if gen.prefilled])
         self.stats.cached_tokens += reuse[0]
-        if self.decoder is not None:
-            gen = self.decoder.start_generation(self.lm, prompt, params, reuse, constraint, self._prefill_chunk, context)
-            if gen is not None:
-                return gen  # type: ignore[no-any-return]
-        return _Generation(self.lm, prompt, params, reuse, constraint, self._prefill_chunk)
+        return self.decoder.start(self.lm, prompt, params, reuse=reuse, constraint=constraint,
+                                  prefill_chunk=self._prefill_chunk, context=context)

@@ -2,7 +2,8 @@
 
 Only what the server uses is modelled; unknown fields are ignored (clients
 send many).  A body that does not validate becomes a 400 :class:`APIError`
-naming the first bad field::
+naming the first bad field (tool definitions are :mod:`agentspec.decoding.grammar`'s
+:class:`ToolDef`, re-exported here)::
 
     >>> ChatRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "Hi"}]}).max_tokens is None
     True
@@ -14,6 +15,8 @@ import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentspec.decoding.grammar import FunctionDef, ToolDef
 
 __all__ = [
     "APIError", "ChatMessage", "ChatRequest", "FunctionDef", "MAX_TOKEN_COUNT", "SEED_RANGE", "ToolDef",
@@ -42,17 +45,6 @@ class APIError(Exception):
 
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
-
-
-class FunctionDef(_Lenient):
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
-    description: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-
-
-class ToolDef(_Lenient):
-    type: Literal["function"] = "function"
-    function: FunctionDef
 
 
 class CallFunction(_Lenient):

@@ -12,8 +12,8 @@ from agentspec.bench.tau2.evaluator import Evaluation, evaluate
 from agentspec.bench.tau2.orchestrator import AGENT_STOP_TOKEN, DONE_TOOL, Orchestrator, Party
 from agentspec.bench.tau2.parties import LLMParty, Script, ScriptedParty
 from agentspec.errors import AgentSpecError
+from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
-from agentspec.mining.library import MacroLibrary
 from agentspec.runtime.executor import CommittedStep, ExecutionLoop, ExecutorConfig
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.policies import Policy

@@ -1,34 +1,66 @@
-"""Tool-call grammars with llguidance: decoding that can only produce a valid call.
+"""Tool-call grammars with llguidance: the tool definition type, the call grammar and one generation's place in it.
 
-When a request requires a call (``tool_choice`` "required" or a named
-function), the output is constrained to hermes tool-call blocks whose JSON
-follows the tools' schemas, with fixed separators so the forced text is
-canonical::
+This module owns everything the token level knows about tools: the OpenAI
+tool definition (:class:`ToolDef`, :class:`FunctionDef`, validated with
+pydantic), the llguidance grammar of a call (:func:`tool_grammar`), whether
+a tool's parameters compile at all (:func:`schema_error`) and the
+per-request grammar state (:class:`GrammarConstraint`).  The server builds
+its constraints here, and the schema drafter follows the same grammar.
+
+A constrained output is hermes tool-call blocks whose JSON follows the tools'
+schemas, with fixed separators so the forced text is canonical::
 
     <tool_call>
     {"name": "get_weather", "arguments": {"city": "Paris"}}
     </tool_call>
 
-:func:`tool_grammar` builds the grammar (one block, or several when the
-request sets ``parallel_tool_calls``); :class:`GrammarConstraint` drives one
-generation: the allowed-token mask, the tokens the grammar forces, and
-whether it is finished.
+:func:`tool_grammar` builds the grammar (one block, or several with
+``parallel``); :class:`GrammarConstraint` drives one generation: the
+allowed-token mask, the tokens the grammar forces, and whether it is
+finished.  A grammar that cannot be built is a :class:`~agentspec.errors.ConfigError`
+(the server answers it with a 400).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
+from agentspec.errors import ConfigError
 from agentspec.models.local import require
-from agentspec.serve.protocol import APIError, ToolDef
 
-__all__ = ["GrammarConstraint", "check_tools", "rebased", "tool_grammar"]
+__all__ = ["FunctionDef", "GrammarConstraint", "ToolDef", "rebased", "schema_error", "tool_defs", "tool_grammar"]
 
 # Canonical JSON: what the tokenizer would produce for json.dumps output.
 _JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
+
+
+class FunctionDef(BaseModel):
+    """One function of a tool list: its name, description and JSON-schema ``parameters`` (unknown fields ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ToolDef(BaseModel):
+    """An OpenAI tool definition: ``{"type": "function", "function": {...}}``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+def tool_defs(functions: Sequence[dict[str, Any]]) -> list[ToolDef]:
+    """Tool definitions from bare function dicts (``{"name", "parameters", ...}``), as drafters hold them."""
+    return [ToolDef.model_validate({"type": "function", "function": function}) for function in functions]
 
 
 _ARGUMENTS = "#/properties/arguments"
@@ -78,7 +110,7 @@ def _call_schema(tool: ToolDef) -> dict[str, Any]:
 
 
 def tool_grammar(
-    tools: list[ToolDef], *, only: str | None = None, parallel: bool = False, ll_tokenizer: Any = None
+    tools: Sequence[ToolDef], *, only: str | None = None, parallel: bool = False, ll_tokenizer: Any = None
 ) -> str:
     """An llguidance (Lark) grammar for one, or with ``parallel`` one or more, ``<tool_call>`` blocks.
 
@@ -102,32 +134,33 @@ def _is_special(ll_tokenizer: Any, text: str) -> bool:
     return len(tokens) == 1 and bool(ll_tokenizer.is_special_token(tokens[0]))
 
 
-def check_tools(tools: list[ToolDef], ll_tokenizer: Any) -> None:
-    """Raise a 400 :class:`APIError` (code ``invalid_schema``) for a tool whose parameters are not a usable schema."""
+def schema_error(tool: ToolDef, ll_tokenizer: Any) -> str | None:
+    """Why ``tool``'s parameters cannot constrain a call (one line), or None when they can."""
+    if tool.function.parameters.get("type", "object") != "object":
+        return "must be a JSON schema of type object"
     llguidance = require("llguidance")
-    for index, tool in enumerate(tools):
-        param = f"tools[{index}].function.parameters"
-        if tool.function.parameters.get("type", "object") != "object":
-            raise APIError(400, f"{param} must be a JSON schema of type object", code="invalid_schema", param=param)
-        grammar = llguidance.LLMatcher.grammar_from_lark(f"start: %json {json.dumps(_call_schema(tool))}")
-        error = llguidance.LLMatcher.validate_grammar(grammar, ll_tokenizer)
-        if error:
-            first = error.strip().splitlines()[0]
-            raise APIError(400, f"{param} is not a valid JSON schema: {first}", code="invalid_schema", param=param)
+    grammar = llguidance.LLMatcher.grammar_from_lark(f"start: %json {json.dumps(_call_schema(tool))}")
+    error = llguidance.LLMatcher.validate_grammar(grammar, ll_tokenizer)
+    if error:
+        return f"is not a valid JSON schema: {error.strip().splitlines()[0]}"
+    return None
 
 
 class GrammarConstraint:
-    """One generation's position in a grammar; not thread-safe (one request owns it)."""
+    """One generation's position in a grammar; not thread-safe (one request owns it).
+
+    Raises :class:`~agentspec.errors.ConfigError` when the grammar cannot be built.
+    """
 
     def __init__(self, grammar: str, ll_tokenizer: Any, vocab_size: int) -> None:
         self._matcher = require("llguidance").LLMatcher(ll_tokenizer, grammar)
         if self._matcher.is_error():
-            raise APIError(400, f"cannot build the tool grammar: {self._matcher.get_error()}", code="invalid_schema")
+            raise ConfigError(f"cannot build the tool grammar: {self._matcher.get_error()}")
         self._vocab = vocab_size
 
     @property
     def matcher(self) -> Any:
-        """The llguidance matcher (the ToolSpec decoder drives it itself; drafters only read copies)."""
+        """The llguidance matcher (the greedy chooser reads its mask; drafters only read copies)."""
         return self._matcher
 
     def forced(self) -> list[int]:

@@ -1,5 +1,8 @@
 """The macro library: mined multi-step skeletons the executor may commit in one go.
 
+Below both the runtime (SMC commits macros) and mining (which makes them): :class:`Macro`, :class:`MacroLibrary`,
+:func:`align` and the Beta bound :func:`lower_bound` depend on nothing of either.
+
 File format (JSON, versioned by ``format``)::
 
     {

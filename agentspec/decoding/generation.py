@@ -1,0 +1,138 @@
+"""The generation protocol: how the server's engine drives a decoder, one request at a time, step by step.
+
+A :class:`Generator` is a decoding method for one model; the engine
+(:class:`agentspec.serve.engine.Engine`) takes one and never asks which it
+is.  Two implement it: :class:`~agentspec.decoding.plain.PlainGenerator`
+(one forward per token, greedy or sampled; the default) and
+:class:`~agentspec.decoding.serving.ServingDecoder` (ToolSpec tree decoding
+for greedy requests, the plain path for the rest).
+
+Per request the engine calls :meth:`Generator.start` and steps the
+:class:`TokenStream` it returns, every step in a worker thread under the
+engine's lock::
+
+    stream = generator.start(lm, prompt, params, reuse=reuse, constraint=constraint, context=context)
+    while not stream.prefilled:
+        stream.prefill()                    # the next chunk of the prompt
+    tokens, finish = stream.decode()        # until finish is "stop" or "length"
+    cache.store(stream.covered, stream.layers())
+    stream.close()                          # always, however the request ended
+
+:meth:`Generator.context` gives the request's :class:`RequestContext`
+(tools, messages, hints in, per-request statistics out), or None when the
+method needs none.  This module also owns the value types of the seam:
+:class:`SamplingParams` in, :class:`TokenOut` out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from agentspec.decoding.drafter import HintBox
+from agentspec.decoding.grammar import GrammarConstraint
+from agentspec.decoding.kv_cache import Reuse
+from agentspec.decoding.stats import DraftStats
+from agentspec.models.local import LocalModel
+
+__all__ = ["Generator", "RequestContext", "SamplingParams", "TokenOut", "TokenStream"]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How to pick tokens: ``temperature`` 0 is greedy (deterministic); ``seed`` makes sampling repeatable."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    top_logprobs: int = 0
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TokenOut:
+    """One generated token, its log probability under the model (before any grammar mask) and the top alternatives."""
+
+    id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(eq=False)
+class RequestContext:
+    """What a decoder needs from one chat request, and where its statistics end up.
+
+    ``tools`` are bare function dicts (``{"name", "parameters", ...}``),
+    ``messages`` OpenAI-style ``{"role", "content"}`` dicts.  ``hints`` is
+    the request's hint box: :meth:`put_hint` works from any thread, before or
+    while the request runs, and never blocks decoding.
+    """
+
+    tools: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    hints: HintBox = field(default_factory=HintBox)
+    stats: DraftStats | None = None
+    """Set by the decoder once the request runs on it; None while it has not (or runs on the plain path)."""
+
+    def put_hint(self, text: str, source: str = "hint.spork") -> None:
+        """Add a predicted completion; the next draft tree takes it as branches."""
+        self.hints.put(text, source)
+
+    def usage(self) -> dict[str, Any] | None:
+        """The decoder's per-request statistics (``usage.agentspec_decoding``), or None."""
+        return self.stats.as_dict() if self.stats is not None else None
+
+
+@runtime_checkable
+class TokenStream(Protocol):
+    """One request's generation, stepped by the engine (not thread-safe: one step at a time)."""
+
+    @property
+    def cached(self) -> int:
+        """Prompt tokens whose key/values came from ``reuse`` (not computed)."""
+        ...
+
+    @property
+    def prefilled(self) -> bool:
+        """The whole prompt is computed; :meth:`decode` may run."""
+        ...
+
+    @property
+    def covered(self) -> list[int]:
+        """The tokens whose key/values the cache holds, in order (for the prefix cache)."""
+        ...
+
+    def layers(self) -> list[tuple[Any, Any]]:
+        """The per-layer (keys, values) covering :attr:`covered`."""
+        ...
+
+    def prefill(self) -> None:
+        """Compute the next chunk of the prompt."""
+        ...
+
+    def decode(self) -> tuple[list[TokenOut], str | None]:
+        """The next token(s) and, when generation ends, why (``"stop"`` or ``"length"``)."""
+        ...
+
+    def close(self) -> None:
+        """End the request (called once, however it ended); release what it holds beyond its cache."""
+        ...
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A decoding method for one model, as the server's engine drives it (module docstring)."""
+
+    def context(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]],
+                hints: list[str]) -> RequestContext | None:
+        """The request's context for this method (``hints``: the client's predicted completions), or None."""
+        ...
+
+    def start(
+        self, lm: LocalModel, prompt: list[int], params: SamplingParams, *, reuse: Reuse = (0, []),
+        constraint: GrammarConstraint | None = None, prefill_chunk: int = 2048,
+        context: RequestContext | None = None,
+    ) -> TokenStream:
+        """Open one request on ``lm``: ``reuse`` is a prefix-cache entry, ``constraint`` the tool grammar, if any."""
+        ...

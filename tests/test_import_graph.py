@@ -1,0 +1,338 @@
+"""The import graph of ``agentspec/`` and ``envs/``, read from the source: layers hold, no file circles.
+
+The graph is built with :mod:`ast`, never by importing (an import circle can hide behind import order).  Every
+``import``/``from ... import`` of a project module is an edge, wherever it stands:
+
+* ``module``: at the top of a file (including under ``try``/``if``): runs when the file is imported;
+* ``lazy``: inside a function: runs when the function is called;
+* ``typing``: under ``if TYPE_CHECKING:``: never runs.
+
+**What counts for circles.**  All three kinds.  A lazy import that closes a loop is still a circle, only one
+that import order happens not to trip today (``commands`` -> ``speculative`` -> ``commands`` was one); a
+``TYPE_CHECKING`` import that closes one still ties the two files together (one cannot change or be read without
+the other).  Lazy imports stay fine for what they are for: deferring a heavy dependency (torch, transformers, a
+backend) until it is needed; they only may not close a loop.
+
+The rules: no circle between files; no circle between packages either (``agentspec.runtime``,
+``agentspec.mining``..., each top-level module its own unit: runtime <-> mining was one); ``agentspec`` never
+imports ``envs``; ``envs`` import only agentspec's public API and the extension modules listed below.
+
+Edges name files, not packages: ``import agentspec.a.b`` runs ``agentspec/__init__.py`` and
+``agentspec/a/__init__.py`` first, but those are counted only when a file names them (``from agentspec import
+X``): a package's ``__init__`` is its public face, and counting the implicit parent runs would make every module
+that ``agentspec/__init__.py`` reaches part of one circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("agentspec", "envs")
+Kind = Literal["module", "lazy", "typing"]
+
+# What an environment may import of agentspec: the public API (``from agentspec import X``, X in ``__all__``)
+# and the extension modules the docs tell environment authors to implement or use.  Submodules of an allowed
+# module are allowed too, unless private (a ``_`` name).
+ENV_EXTENSION_MODULES = frozenset({
+    "agentspec.env",  # the Environment protocol and StateSnapshot
+    "agentspec.snapshot",  # SnapshotBackend, the in-process backend
+    "agentspec.sandbox",  # the sandboxed backends (overlay, copy, Docker, SQLite) and their programs
+    "agentspec.tools",  # Toolkit and @tool, to declare a domain's tools
+    "agentspec.types",  # ToolCall, Observation, Effect, ToolSpec...
+    "agentspec.errors",  # the error tree
+    "agentspec.data",  # DataSpec: how a benchmark declares and verifies the data it needs
+})
+
+# TEMPORARY: the tau2-telecom harness still lives in the environment and assembles the executor itself
+# (issue 14, "One assembly point": the assembly part moves it into agentspec behind a typed Bench protocol).
+# Remove entries as that move lands; the test fails on an entry no longer used, so the list can only shrink.
+ENV_TEMPORARY_EXCEPTIONS = frozenset({
+    ("envs/tau2_telecom/bench.py", "agentspec.bench.tau2.evaluator"),
+    ("envs/tau2_telecom/bench.py", "agentspec.bench.tau2.orchestrator"),
+    ("envs/tau2_telecom/bench.py", "agentspec.bench.tau2.parties"),
+    ("envs/tau2_telecom/bench.py", "agentspec.models"),
+    ("envs/tau2_telecom/bench.py", "agentspec.macros"),
+    ("envs/tau2_telecom/bench.py", "agentspec.runtime.executor"),
+    ("envs/tau2_telecom/bench.py", "agentspec.runtime.latency"),
+    ("envs/tau2_telecom/bench.py", "agentspec.runtime.policies"),
+    ("envs/tau2_telecom/bench.py", "agentspec.runtime.probe"),
+    ("envs/tau2_telecom/bench.py", "agentspec.runtime.runlog"),
+    ("envs/tau2_telecom/bench.py", "agentspec.runtime.spork"),
+})
+
+
+# Imports left out of the package-circle check, each closing a loop between two packages (none today).
+PACKAGE_CIRCLE_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset()
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    """The importing file, relative to the repository root."""
+    target: str
+    """The imported project module (dotted)."""
+    kind: Kind
+    line: int
+    names: tuple[str, ...] = ()
+    """For ``from agentspec import X``: the names taken."""
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line} -> {self.target} ({self.kind})"
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_files(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> file, for every source file of the project packages."""
+    files: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                files[_module_name(path, root)] = path
+    return files
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, Kind]]:
+    """Every import statement with the kind of place it stands in."""
+
+    def walk(node: ast.AST, kind: Kind) -> Iterator[tuple[ast.Import | ast.ImportFrom, Kind]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                yield child, kind
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                yield from walk(child, "typing" if kind == "typing" else "lazy")
+            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                for statement in child.body:
+                    yield from walk(ast.Module(body=[statement], type_ignores=[]), "typing")
+                for statement in child.orelse:
+                    yield from walk(ast.Module(body=[statement], type_ignores=[]), kind)
+            else:
+                yield from walk(child, kind)
+
+    yield from walk(tree, "module")
+
+
+def _resolve(module: str, files: dict[str, Path]) -> str | None:
+    """The project module ``module`` names (the longest project prefix of a dotted name), or None."""
+    parts = module.split(".")
+    while parts:
+        if ".".join(parts) in files:
+            return ".".join(parts)
+        parts.pop()
+    return None
+
+
+def edges_of(path: Path, files: dict[str, Path], root: Path = ROOT) -> list[Edge]:
+    """The project imports of one file."""
+    source = str(path.relative_to(root))
+    this = _module_name(path, root)
+    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+    found: list[Edge] = []
+    for node, kind in _imports(ast.parse(path.read_text(encoding="utf-8"), filename=source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = _resolve(alias.name, files)
+                if target is not None:
+                    found.append(Edge(source, target, kind, node.lineno))
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            base = ".".join([*anchor, base] if base else anchor)
+        taken: list[str] = []
+        for alias in node.names:
+            submodule = f"{base}.{alias.name}"
+            if submodule in files:  # ``from pkg import module`` imports that module's file
+                found.append(Edge(source, submodule, kind, node.lineno))
+            else:
+                taken.append(alias.name)
+        target = _resolve(base, files)
+        if taken and target is not None:
+            found.append(Edge(source, target, kind, node.lineno, tuple(taken)))
+    return found
+
+
+def import_graph(root: Path = ROOT) -> list[Edge]:
+    files = project_files(root)
+    return [edge for path in files.values() for edge in edges_of(path, files, root)]
+
+
+def _module_of(source: str) -> str:
+    return source.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def package_of(module: str) -> str:
+    """The unit a package-level circle is counted in: ``agentspec.runtime`` for ``agentspec.runtime.spork``,
+    ``agentspec.api`` for itself (a top-level module is its own unit), ``envs.tau2_telecom`` for its files."""
+    return ".".join(module.split(".")[:2])
+
+
+def file_circles(edges: list[Edge], unit: Callable[[str], str] = lambda module: module) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan), each sorted; ``unit`` maps a module to the
+    node it counts as (itself for file circles, :func:`package_of` for package circles)."""
+    graph: dict[str, set[str]] = {}
+    for edge in edges:
+        source, target = unit(_module_of(edge.source)), unit(edge.target)
+        if source != target:
+            graph.setdefault(source, set()).add(target)
+            graph.setdefault(target, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(groups)
+
+
+def _public_names() -> set[str]:
+    """``agentspec.__all__``, read from the source."""
+    tree = ast.parse((ROOT / "agentspec" / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError("agentspec/__init__.py has no __all__")
+
+
+def _extension(module: str) -> bool:
+    return any(
+        (module == allowed or module.startswith(allowed + "."))
+        and not any(part.startswith("_") for part in module[len(allowed):].split("."))
+        for allowed in ENV_EXTENSION_MODULES
+    )
+
+
+def env_violations(edges: list[Edge]) -> tuple[list[str], set[tuple[str, str]]]:
+    """Imports of agentspec by ``envs/`` outside the public API and the extension modules; and the temporary
+    exceptions actually used."""
+    public = _public_names()
+    bad: list[str] = []
+    used: set[tuple[str, str]] = set()
+    for edge in edges:
+        if not edge.source.startswith("envs/") or not edge.target.startswith("agentspec"):
+            continue
+        if (edge.source, edge.target) in ENV_TEMPORARY_EXCEPTIONS:
+            used.add((edge.source, edge.target))
+        elif edge.target == "agentspec":
+            bad += [f"{edge}: {name} is not in agentspec.__all__" for name in edge.names if name not in public]
+        elif not _extension(edge.target):
+            bad.append(f"{edge}: not the public API nor an extension module")
+    return bad, used
+
+
+# ---------------------------------------------------------------------------- the rules
+
+
+def test_no_import_circles_between_files() -> None:
+    edges = import_graph()
+    circles = file_circles(edges)
+    detail = [
+        f"{' <-> '.join(group)}: " + "; ".join(str(e) for e in edges if e.target in group and _module_of(e.source) in group)
+        for group in circles
+    ]
+    assert not circles, "import circles:\n" + "\n".join(detail)
+
+
+def test_no_import_circles_between_packages() -> None:
+    # runtime <-> mining was one (the executor used the macro library, labelling used the policies): the
+    # macros now live below both.  A package loop makes the two packages one layer in all but name.
+    edges = [e for e in import_graph() if (e.source, e.target) not in PACKAGE_CIRCLE_EXCEPTIONS]
+    circles = file_circles(edges, package_of)
+    detail = [
+        f"{' <-> '.join(group)}: " + "; ".join(
+            str(e) for e in edges
+            if package_of(e.target) in group and package_of(_module_of(e.source)) in group
+            and package_of(e.target) != package_of(_module_of(e.source))
+        )
+        for group in circles
+    ]
+    assert not circles, "import circles between packages:\n" + "\n".join(detail)
+
+
+def test_agentspec_never_imports_envs() -> None:
+    wrong = [str(e) for e in import_graph() if e.source.startswith("agentspec/") and e.target.split(".")[0] == "envs"]
+    assert not wrong, "agentspec imports an environment:\n" + "\n".join(wrong)
+
+
+def test_envs_use_only_the_public_api_and_extension_modules() -> None:
+    bad, used = env_violations(import_graph())
+    assert not bad, "envs reach into agentspec internals:\n" + "\n".join(bad)
+    stale = sorted(ENV_TEMPORARY_EXCEPTIONS - used)
+    assert not stale, f"temporary exceptions no longer needed, remove them from ENV_TEMPORARY_EXCEPTIONS: {stale}"
+
+
+# ---------------------------------------------------------------------------- the checker itself
+
+
+def test_the_checker_sees_lazy_typing_and_relative_imports(tmp_path: Path) -> None:
+    sources = {
+        "agentspec/__init__.py": "",
+        "agentspec/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from agentspec.b import X\n",
+        "agentspec/b.py": "def f():\n    from . import c\n",
+        "agentspec/c.py": "import agentspec.a.thing\nfrom agentspec import a, __version__\n",
+        "envs/__init__.py": "",
+    }
+    for name, text in sources.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    edges = import_graph(tmp_path)
+    assert {(e.source, e.target, e.kind, e.names) for e in edges} == {
+        ("agentspec/a.py", "agentspec.b", "typing", ("X",)),
+        ("agentspec/b.py", "agentspec.c", "lazy", ()),
+        ("agentspec/c.py", "agentspec.a", "module", ()),
+        ("agentspec/c.py", "agentspec", "module", ("__version__",)),
+    }
+    assert file_circles(edges) == [["agentspec.a", "agentspec.b", "agentspec.c"]]
+    assert file_circles(edges, lambda module: "agentspec") == []  # one package: no package circle
+
+
+def test_the_env_rule_flags_internals_and_names_outside_all() -> None:
+    edges = [
+        Edge("envs/x/env.py", "agentspec.runtime.executor", "module", 1),
+        Edge("envs/x/env.py", "agentspec", "module", 2, ("Executor", "_hidden")),
+        Edge("envs/x/env.py", "agentspec.sandbox.overlay", "lazy", 3),
+        Edge("envs/x/env.py", "agentspec.sandbox._host", "module", 4),
+        Edge("envs/x/env.py", "agentspec.types", "module", 5),
+    ]
+    bad, _ = env_violations(edges)
+    assert [line.split(":")[1] for line in bad] == ["1 -> agentspec.runtime.executor (module)", "2 -> agentspec (module)", "4 -> agentspec.sandbox._host (module)"]

@@ -20,6 +20,7 @@ from agentspec.checkpoint import JsonState
 from agentspec.env import Environment, StateSnapshot
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.runtime.policies import Decision, Policy
+from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
 from agentspec.snapshot import InProcessBackend, LineageBackend, Sandbox, SnapshotBackend
 from agentspec.tools import Toolkit, render_result, spec_from_function, tool
 from agentspec.types import (
@@ -60,6 +61,8 @@ __all__ = [
     "ReplayMismatch",
     "RunResult",
     "Sandbox",
+    "SimulatedLatency",
+    "SimulatedProbeLatency",
     "SnapshotBackend",
     "SnapshotError",
     "StateSnapshot",

@@ -46,11 +46,12 @@ from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.runtime.executor import CommittedStep, ExecutionLoop, ExecutionResult, ExecutorConfig, parse_mode
 from agentspec.runtime.latency import LatencyModel
-from agentspec.runtime.policies import LLMPolicy, Policy
+from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
 from agentspec.runtime.probe import FENCED_OPENING, LLMProber
 from agentspec.runtime.spork import SporkConfig
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.runtime.simulated import Role, SimulatedLatency
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
 from agentspec.tools import Toolkit, render_result, spec_from_function
 from agentspec.types import Effect, Observation, Requestor, Step, TerminationReason, ToolCall, ToolSpec
@@ -222,13 +223,13 @@ class Executor:
         async with AsyncExitStack() as stack:
             tools = self.backend.tool_specs() + [DONE]
             prompt = f"{self.system_prompt}\n\nTask: {task}"
-            authority = await self._policy(self.authority, stack, prompt, tools, queue=True)
+            authority = await self._policy(self.authority, stack, prompt, tools, "authority")
             prober = None
             if self.spork:
                 if not isinstance(authority, LLMPolicy):
                     raise ConfigError("SPORK probes the authority's own endpoint: give the authority as a ModelConfig")
                 prober = LLMProber.of(authority, opening=self.probe_opening)
-            speculator = await self._policy(self.speculator, stack, prompt, tools, queue=False) if self.speculator else None
+            speculator = await self._policy(self.speculator, stack, prompt, tools, "speculator") if self.speculator else None
             log = RunLog(self.log_path) if self.log_path else None
             if log is not None:
                 stack.callback(log.close)
@@ -247,9 +248,14 @@ class Executor:
         """:meth:`run` for code that is not async."""
         return anyio.run(self.run, task)
 
-    @staticmethod
-    async def _policy(source: ModelConfig | Policy, stack: AsyncExitStack, prompt: str, tools: list[ToolSpec], *, queue: bool) -> Policy:
+    async def _policy(self, source: ModelConfig | Policy, stack: AsyncExitStack, prompt: str, tools: list[ToolSpec],
+                      role: Role) -> Policy:
+        """A model's policy (the authority makes every call of a multi-call answer), or the policy given; the
+        scripted oracles take the latency model's time for ``role`` (a model's time is real)."""
         if isinstance(source, ModelConfig):
             client = await stack.enter_async_context(ModelClient(source))
-            return LLMPolicy(client, prompt, tools, queue_extra_calls=queue)
+            return LLMPolicy(client, prompt, tools, queue_extra_calls=role == "authority")
+        if self.latency is not None and isinstance(source, (OracleAuthority, NoisyOracleSpeculator)):
+            stream_every = self.spork_config.probe_every if role == "authority" else 1
+            return SimulatedLatency(source, self.latency, role, stream_every)
         return source

@@ -43,7 +43,6 @@ class ScriptAuthority:
 
     script: list[ToolCall]
     think: float
-    simulated: bool = False
 
     def choose(self, history) -> ToolCall | None:
         position = len(history) + sum(1 for _, obs in history if obs is not None and obs.error)
@@ -64,7 +63,6 @@ class RandomSpeculator:
     p_stale: float
     slowness: float = 2.0
     """Delay in [0, slowness x the authority's thinking time)."""
-    simulated: bool = False
 
     async def decide(self, history):
         await anyio.sleep(self.rng.random() * self.slowness * self.authority.think)
@@ -274,7 +272,6 @@ def test_online_updates_retire_a_macro_the_authority_disagrees_with():
 
     @dataclass
     class Fixed:
-        simulated: bool = False
 
         async def decide(self, history):
             return Decision(call=drafts[len(history)] if len(history) < len(drafts) else None)

@@ -118,7 +118,6 @@ class PlantedSpeculator:
 
     gold: list[ToolCall]
     sample: int
-    simulated: bool = True
 
     async def decide(self, history: History) -> Decision:
         pointer = gold_pointer(self.gold, history)
@@ -169,7 +168,6 @@ def test_a_perfect_speculator_keeps_every_frequent_skeleton_and_a_wrong_one_none
     @dataclass
     class Always:
         answer: ToolCall | None
-        simulated: bool = True
 
         async def decide(self, history: History) -> Decision:
             return Decision(call=self.answer)
@@ -180,7 +178,6 @@ def test_a_perfect_speculator_keeps_every_frequent_skeleton_and_a_wrong_one_none
     @dataclass
     class Perfect:
         gold: list[ToolCall]
-        simulated: bool = True
 
         async def decide(self, history: History) -> Decision:
             pointer = gold_pointer(self.gold, history)
@@ -386,7 +383,6 @@ class AddThenTotal:
     """Drafts add(10), total, notify; records the observations its drafts got."""
 
     seen: list[str | None]
-    simulated: bool = True
 
     async def decide(self, history: History) -> Decision:
         drafted = [call for call, _ in history if call.name != "add" or call.arguments["n"] == 10]

@@ -254,7 +254,6 @@ class _Scripted:
 
     def __init__(self, die_after: int | None = None) -> None:
         self.decisions, self.die_after = 0, die_after
-        self.simulated = False
 
     async def decide(self, history):
         from agentspec.runtime.policies import Decision

@@ -152,6 +152,11 @@ def test_verified_macro_commits_update_the_saved_library(tau2_dir, tmp_path, cap
     assert smc["macro_firings"] == 2 and smc["macro_checks"] == 2 and smc["macro_disagreements"] == 0
     updated = MacroLibrary.load(tmp_path / "out.json").macros[0]
     assert (updated.n, updated.k) == (22, 21)
+    # Checking a macro is off the critical path: it takes no simulated time.
+    unchecked = run(capsys, "--task-ids", "[service_issue]break_apn_settings[PERSONA:None]", "--trials", "2", "--agent",
+                    "oracle", "--mode", "smc", "--speculator-model", "noisy-oracle:1.0", "--latency-model", "smc-paper",
+                    "--macros", str(tmp_path / "macros.json"), "--data-dir", str(tau2_dir))
+    assert unchecked["modes"]["smc"]["mean_task_wall_s"] == smc["mean_task_wall_s"]
 
 
 def test_ratios_against_a_baseline_run(tau2_dir, tmp_path, capsys):

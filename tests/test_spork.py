@@ -17,6 +17,7 @@ from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig, parse_mode
 from agentspec.runtime.latency import LatencyModel, ModelLatency, ToolLatency
 from agentspec.runtime.policies import Decision, OracleAuthority
 from agentspec.runtime.probe import ProbeResult, confidence, parse_probe, schema_errors
+from agentspec.runtime.simulated import SimulatedLatency
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.spork import Spork, SporkConfig
 from agentspec.snapshot import InProcessBackend, InProcessSandbox
@@ -37,10 +38,9 @@ class ScriptedProber:
     right: bool = True
     conf: float = 0.97
     delay: float = 0.0
-    simulated: bool = False
     calls: int = 0
 
-    async def probe(self, history, partial):
+    async def probe(self, history, partial, hint_for=None):
         self.calls += 1
         await anyio.sleep(self.delay)
         truth = self.script[len(history)] if len(history) < len(self.script) else None
@@ -74,11 +74,17 @@ class SlowSandboxBackend(InProcessBackend):
         return Slow(env=box.env, lineage=box.lineage, token=box.token)
 
 
+def simulated_oracle(script, latency=LATENCY, spork=None):
+    """The oracle taking ``latency``'s authority time, streamed in SPORK's probe steps."""
+    return SimulatedLatency(OracleAuthority(script), latency or LatencyModel(), "authority", (spork or SporkConfig()).probe_every)
+
+
 def run_loop(prober, *, mode="sequential", backend=None, spork=None, latency=LATENCY):
     async def go():
         live = backend or InProcessBackend(KVEnvironment())
-        loop = ExecutionLoop(live, OracleAuthority(SCRIPT), None, config=ExecutorConfig(mode=mode), latency=latency,
-                             prober=prober, spork=spork or SporkConfig(cost_model=False))
+        config = spork or SporkConfig(cost_model=False)
+        loop = ExecutionLoop(live, simulated_oracle(SCRIPT, latency, config), None, config=ExecutorConfig(mode=mode),
+                             latency=latency, prober=prober, spork=config)
         return live, await loop.run()
 
     return run_trio(go)
@@ -89,10 +95,8 @@ class BareHost:
     """The smallest loop SPORK can work with: only what :class:`agentspec.runtime.spork.SporkHost` declares."""
 
     backend: InProcessBackend
-    latency: LatencyModel | None = field(default_factory=lambda: LATENCY)
     metrics: ExecutionMetrics = field(default_factory=ExecutionMetrics)
     timeline: Timeline = field(default_factory=Timeline)
-    steps: list = field(default_factory=list)
     committed: list = field(default_factory=list)
 
     def chain_head(self):
@@ -114,7 +118,7 @@ def test_spork_needs_nothing_of_the_loop_but_its_declared_host():
         host = BareHost(InProcessBackend(KVEnvironment()))
         spork = Spork(host, ScriptedProber(SCRIPT), SporkConfig(cost_model=False))
         async with anyio.create_task_group() as group:
-            decision = await spork.decide(OracleAuthority(SCRIPT), [], group)
+            decision = await spork.decide(simulated_oracle(SCRIPT), [], group)
             hit = await spork.settle(decision.call)
         return host, decision, hit
 
@@ -165,9 +169,8 @@ def test_the_gate_decides():
 def test_invalid_probes_are_not_dispatched():
     @dataclass
     class Bad:
-        simulated: bool = False
 
-        async def probe(self, history, partial):
+        async def probe(self, history, partial, hint_for=None):
             return ProbeResult(ToolCall(name="put", arguments={"key": "a"}), 0.99, 5)  # missing `value`
 
     _, result = run_loop(Bad())
@@ -225,9 +228,8 @@ def test_random_timings_keep_live_state_equal_to_the_replay(script, seed, mode, 
 
     @dataclass
     class Noisy:
-        simulated: bool = False
 
-        async def probe(self, history, partial):
+        async def probe(self, history, partial, hint_for=None):
             await anyio.sleep(rng.random() * probe_delay)
             truth = script[len(history)] if len(history) < len(script) else None
             call = truth if (truth is not None and rng.random() < p_hit) else rng.choice(script)
@@ -235,7 +237,6 @@ def test_random_timings_keep_live_state_equal_to_the_replay(script, seed, mode, 
 
     @dataclass
     class Spec:
-        simulated: bool = False
 
         async def decide(self, history):
             await anyio.sleep(rng.random() * 5)
@@ -247,9 +248,9 @@ def test_random_timings_keep_live_state_equal_to_the_replay(script, seed, mode, 
 
     async def go():
         backend = InProcessBackend(KVEnvironment())
-        loop = ExecutionLoop(backend, OracleAuthority(script), Spec() if base != "sequential" else None,
-                             config=ExecutorConfig(mode=base, max_errors=100), latency=latency, prober=Noisy(),
-                             spork=SporkConfig(gate=gate, probe_every=rng.randint(1, 30), cost_model=rng.random() < 0.5))
+        spork = SporkConfig(gate=gate, probe_every=rng.randint(1, 30), cost_model=rng.random() < 0.5)
+        loop = ExecutionLoop(backend, simulated_oracle(script, latency, spork), Spec() if base != "sequential" else None,
+                             config=ExecutorConfig(mode=base, max_errors=100), latency=latency, prober=Noisy(), spork=spork)
         return backend, await loop.run()
 
     backend, result = run_trio(go)
@@ -404,7 +405,7 @@ def test_llm_probes_fork_the_authority_request_and_name_it_for_hints():
 def test_the_cost_model_learns_tool_latency_from_every_execution():
     """Live executions teach it too: a run whose probes never dispatch still knows what its tools cost."""
     async def go():
-        loop = ExecutionLoop(InProcessBackend(KVEnvironment()), OracleAuthority(SCRIPT), None,
+        loop = ExecutionLoop(InProcessBackend(KVEnvironment()), simulated_oracle(SCRIPT), None,
                              config=ExecutorConfig(mode="sequential"), latency=LATENCY,
                              prober=ScriptedProber(SCRIPT, conf=0.1), spork=SporkConfig())
         await loop.run()

@@ -75,7 +75,6 @@ class Script:
 
     calls: list[ToolCall]
     think: float
-    simulated: bool = False
 
     async def decide(self, history: Any) -> Decision:
         await anyio.sleep(self.think)

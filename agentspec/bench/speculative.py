@@ -38,6 +38,7 @@ from agentspec.runtime.metrics import ExecutionMetrics, aggregate
 from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
 from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, LLMProber, Prober, SimulatedProber
 from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
 from agentspec.runtime.spork import SporkConfig
 
 NOISY = "noisy-oracle:"
@@ -125,12 +126,16 @@ async def _run_mode(setup: _Setup, bench: Any, mode: str, jobs: list[tuple[Any, 
 
     spork_config = SporkConfig(gate=args.gate, probe_every=args.probe_every, cost_model=not args.no_cost_model)
     spork_distractors = bench.distractors() if spork and setup.oracle else []
+    # Oracles are simulated models: their time is the latency model's (none without one; they still stream,
+    # so SPORK probes them once per decision).
+    simulated_time = setup.latency or LatencyModel()
 
     def prober(task: Any) -> Prober | None:
         if not spork:
             return None
         if setup.oracle:
-            return SimulatedProber(bench.gold_calls(task), args.probe_accuracy, spork_distractors, task_id=task.id, seed=args.seed)
+            return SimulatedProbeLatency(SimulatedProber(bench.gold_calls(task), args.probe_accuracy, spork_distractors,
+                                                         task_id=task.id, seed=args.seed), simulated_time)
         opening = HERMES_OPENING if args.probe_opening == "hermes" else FENCED_OPENING
         return LLMProber.of(authority_policy(task), opening=opening)
 
@@ -141,13 +146,14 @@ async def _run_mode(setup: _Setup, bench: Any, mode: str, jobs: list[tuple[Any, 
     def policies(task: Any) -> tuple[Policy, Policy | None]:
         gold = bench.gold_calls(task)
         if setup.oracle:
-            authority: Policy = OracleAuthority(gold)
+            authority: Policy = SimulatedLatency(OracleAuthority(gold), simulated_time, "authority", args.probe_every)
         else:
             authority = authority_policy(task)
         if base_mode == "sequential":
             return authority, None
         if setup.noisy_p is not None:
-            return authority, NoisyOracleSpeculator(gold, setup.noisy_p, distractors, task_id=task.id, seed=args.seed)
+            noisy = NoisyOracleSpeculator(gold, setup.noisy_p, distractors, task_id=task.id, seed=args.seed)
+            return authority, SimulatedLatency(noisy, simulated_time, "speculator")
         prompt = bench.agent_prompt(task, solo=True)
         return authority, LLMPolicy(clients["speculator"], prompt, tools, queue_extra_calls=False)  # type: ignore[arg-type]
 

@@ -42,7 +42,7 @@ from agentspec.runtime.draft import Draft, Source
 from agentspec.runtime.latency import LatencyModel, estimate_tokens
 from agentspec.runtime.macro_commit import try_macro
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
-from agentspec.runtime.policies import Decision, History, Policy
+from agentspec.runtime.policies import Decision, DraftedHistory, History, Policy
 from agentspec.runtime.probe import Prober
 from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
 from agentspec.runtime.spork import Spork, SporkConfig
@@ -120,6 +120,9 @@ class ExecutionLoop:
     (:class:`~agentspec.runtime.spork.SporkHost`, :class:`~agentspec.runtime.macro_commit.MacroHost`):
     :meth:`commit`, :meth:`run_tool`, :meth:`chain_head`, :meth:`drafts`, :meth:`since_start` and the public
     attributes.
+
+    ``latency`` times the tools; a model's simulated time comes from wrapping its policy
+    (:class:`~agentspec.runtime.simulated.SimulatedLatency`), so the loop treats every policy alike.
     """
 
     def __init__(
@@ -249,23 +252,12 @@ class ExecutionLoop:
             decision = await self.spork.decide(self.authority, self._history(), self._group)
         else:
             decision = await self.authority.decide(self._history())
-            await self._simulate_model(self.authority, "authority", decision)
         ended = anyio.current_time()
         self.metrics.authority_calls += 1
         self.metrics.authority_wait_s += ended - started
         label = decision.call.name if decision.call else "done"
         self.timeline.add("authority", started - self._t0, ended - self._t0, label)
         return decision
-
-    async def _simulate_model(self, policy: Policy, role: str, decision: Decision) -> None:
-        if self.latency is None or not policy.simulated:
-            return
-        model = self.latency.authority if role == "authority" else self.latency.speculator
-        if model is None:
-            return
-        prompt = self.latency.prompt_tokens(len(self.steps))
-        decision.prompt_tokens, decision.output_tokens = prompt, decision.output_tokens or 1
-        await anyio.sleep(model.seconds(prompt, decision.output_tokens))
 
     async def run_tool(self, execute: Callable[[ToolCall], Awaitable[Observation]], call: ToolCall, lane: str) -> Observation:
         """Run ``call`` with ``execute`` (live state or a fork), charging simulated tool latency and timing it
@@ -422,10 +414,9 @@ class ExecutionLoop:
             return  # the epoch moved on: let the worker loop restart from the new state
         if self._chain and not self._chain[-1].done.is_set():
             await self._chain[-1].done.wait()
-        history = list(self._history()) + [(d.call, d.observation) for d in self._chain]
+        history = DraftedHistory(self._history(), [(d.call, d.observation) for d in self._chain])
         started = anyio.current_time()
         decision = await self.speculator.decide(history)
-        await self._simulate_model(self.speculator, "speculator", decision)
         self.metrics.speculator_calls += 1
         self.metrics.speculator_busy_s += anyio.current_time() - started
         self.timeline.add("speculator", started - self._t0, anyio.current_time() - self._t0, decision.call.name if decision.call else "done")

@@ -25,6 +25,21 @@ from agentspec.runtime.latency import estimate_tokens
 from agentspec.types import InvalidToolCall, Message, Observation, ToolCall, ToolSpec
 
 History = Sequence[tuple[ToolCall, Observation | None]]
+Progress = Callable[[str, int], Awaitable[None]]
+"""Told the text so far and a token count as an answer streams in."""
+
+
+class DraftedHistory(list[tuple[ToolCall, Observation | None]]):
+    """The committed history continued by the speculator's own drafts; ``committed`` counts the committed steps."""
+
+    def __init__(self, committed: History, drafts: History) -> None:
+        super().__init__([*committed, *drafts])
+        self.committed = len(committed)
+
+
+def committed_steps(history: History) -> int:
+    """How many steps of ``history`` are committed (drafts that continue it are not)."""
+    return history.committed if isinstance(history, DraftedHistory) else len(history)
 
 
 @dataclass
@@ -42,8 +57,8 @@ class Decision:
 
 
 class Policy(Protocol):
-    simulated: bool
-    """True when the policy takes no real time and the latency model supplies it."""
+    """Decides the next call from the history.  Simulated model time is a wrapper
+    (:class:`~agentspec.runtime.simulated.SimulatedLatency`), not part of a policy."""
 
     async def decide(self, history: History) -> Decision: ...
 
@@ -62,7 +77,6 @@ class OracleAuthority:
     """Makes the task's gold calls in order, then says done."""
 
     gold: list[ToolCall]
-    simulated: bool = True
 
     async def decide(self, history: History) -> Decision:
         pointer = gold_pointer(self.gold, history)
@@ -83,7 +97,6 @@ class NoisyOracleSpeculator:
     distractors: list[ToolCall]
     task_id: str = ""
     seed: int = 0
-    simulated: bool = True
 
     async def decide(self, history: History) -> Decision:
         pointer = gold_pointer(self.gold, history)
@@ -121,7 +134,6 @@ class LLMPolicy:
     done_tool: str = "done"
     temperature: float | None = 0.0
     max_tokens: int | None = None
-    simulated: bool = False
     queue_extra_calls: bool = True
     """Authority: make further calls of a multi-call answer in later steps.  Speculator: ignore them."""
     tool_choice: str = "required"
@@ -139,7 +151,7 @@ class LLMPolicy:
         return self._decision(result)
 
     async def decide_streaming(
-        self, history: History, progress: Callable[[str, int], Awaitable[None]], request_id: str | None = None,
+        self, history: History, progress: Progress, request_id: str | None = None,
     ) -> Decision:
         """Like :meth:`decide`, reporting the text so far and a token count as the answer streams in.
 

@@ -49,7 +49,7 @@ class ProbeResult:
 
 
 class Prober(Protocol):
-    simulated: bool
+    """Simulated probe time is a wrapper (:class:`~agentspec.runtime.simulated.SimulatedProbeLatency`)."""
 
     async def probe(self, history: History, partial: str, hint_for: str | None = None) -> ProbeResult:
         """Guess the call the authority is about to make, given its output so far.
@@ -124,7 +124,6 @@ class LLMProber:
     tools: list[ToolSpec] | None = None
     answer_prefix: str = ""
     """What the authority's answers start with (its ``answer_prefix``), before the streamed text."""
-    simulated: bool = False
 
     @classmethod
     def of(cls, policy: Any, *, opening: str = FENCED_OPENING, max_tokens: int = 48) -> LLMProber:
@@ -188,7 +187,6 @@ class SimulatedProber:
     distractors: list[ToolCall] = field(default_factory=list)
     task_id: str = ""
     seed: int = 0
-    simulated: bool = True
 
     async def probe(self, history: History, partial: str, hint_for: str | None = None) -> ProbeResult:
         pointer = gold_pointer(self.gold, history)

@@ -13,8 +13,10 @@
    with its observation (no second execution); a different one is discarded
    and its work cancelled for real.
 
-Simulated authorities (``policy.simulated``) get their decode time from the
-latency model in chunks of ``probe_every`` tokens, so probes interleave with it.
+The authority streams if it can (``decide_streaming``): a real model as its
+tokens arrive, a simulated one (:class:`~agentspec.runtime.simulated.SimulatedLatency`)
+as its simulated decode goes; probes (simulated ones wrapped in
+:class:`~agentspec.runtime.simulated.SimulatedProbeLatency`) take their own time.
 
 SPORK reaches the executor loop only through :class:`SporkHost` (commit a
 fork, run a tool, read the chain head, the clock), which
@@ -35,12 +37,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from agentspec.errors import ConfigError
 from agentspec.runtime.cost_model import CostModel
 from agentspec.runtime.draft import Draft, Source
-from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.policies import Decision, History, Policy
 from agentspec.runtime.probe import Prober, ProbeResult, schema_errors
 from agentspec.snapshot import SnapshotBackend
-from agentspec.types import Effect, Observation, Step, ToolCall
+from agentspec.types import Effect, Observation, ToolCall
 
 
 @dataclass
@@ -61,18 +62,12 @@ class SporkConfig:
         return self.per_tool_gate.get(tool, self.gate)
 
 
-Progress = Callable[[str, int], Awaitable[None]]
-
-
 class SporkHost(Protocol):
     """What SPORK needs of the executor loop: its live state, its books, and four operations."""
 
     backend: SnapshotBackend
     metrics: ExecutionMetrics
     timeline: Timeline
-    latency: LatencyModel | None
-    steps: list[Step]
-    """The committed history (its length sizes the simulated prompt)."""
 
     def chain_head(self) -> Draft | None:
         """The speculator's first draft, if any (SPORK does not dispatch what it already runs)."""
@@ -108,7 +103,7 @@ class Spork:
     async def decide(self, authority: Policy, history: History, group: anyio.abc.TaskGroup) -> Decision:
         """The authority's decision, with probes running beside it."""
         self._probed = []
-        self._request_id = uuid.uuid4().hex if self.config.forward_hints and not authority.simulated else None
+        self._request_id = uuid.uuid4().hex if self.config.forward_hints else None
         send, receive = anyio.create_memory_object_stream[tuple[str, int]](math.inf)
         async with anyio.create_task_group() as probes:
             probes.start_soon(self._probe_loop, receive, history, group)
@@ -122,33 +117,12 @@ class Spork:
         async def progress(text: str, tokens: int) -> None:
             await send.send((text, tokens))
 
-        if authority.simulated:
-            decision = await authority.decide(history)
-            await self._simulate_decode(decision, progress)
-            return decision
         decide_streaming = getattr(authority, "decide_streaming", None)
         if decide_streaming is None:
             return await authority.decide(history)
         if self._request_id is None:
             return await decide_streaming(history, progress)
         return await decide_streaming(history, progress, request_id=self._request_id)
-
-    async def _simulate_decode(self, decision: Decision, progress: Progress) -> None:
-        latency = self.loop.latency
-        if latency is None or latency.authority is None:
-            await progress("", 1)
-            return
-        model = latency.authority
-        prompt = latency.prompt_tokens(len(self.loop.steps))
-        decision.prompt_tokens = prompt
-        await anyio.sleep(model.seconds(prompt, 0) - model.reasoning_tokens / model.decode_tokens_per_s)
-        total = model.reasoning_tokens + (decision.output_tokens or 1)
-        done = 0
-        while done < total:
-            chunk = min(self.config.probe_every if done else 1, total - done)
-            await anyio.sleep(chunk / model.decode_tokens_per_s)
-            done += chunk
-            await progress("", done)
 
     async def _probe_loop(self, receive: MemoryObjectReceiveStream[tuple[str, int]], history: History, group: anyio.abc.TaskGroup) -> None:
         next_at = 1
@@ -168,9 +142,6 @@ class Spork:
             result = await self.prober.probe(history, partial)
         else:
             result = await self.prober.probe(history, partial, hint_for=self._request_id)
-        if self.prober.simulated and self.loop.latency is not None and self.loop.latency.authority is not None:
-            decode = self.loop.latency.authority.decode_tokens_per_s
-            await anyio.sleep(max(result.tokens, 1) / decode)  # the prompt is cached: only the call is decoded
         answered = anyio.current_time()
         self.cost.observe_probe(answered - started)
         self.metrics.probes += 1

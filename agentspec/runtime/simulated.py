@@ -1,0 +1,105 @@
+"""Simulated model latency: wrappers that charge a latency model's time around a real policy or prober.
+
+A scripted policy (:class:`~agentspec.runtime.policies.OracleAuthority`,
+:class:`~agentspec.runtime.policies.NoisyOracleSpeculator`) answers at once.
+To study it at GPU-scale speeds, whoever builds the run wraps it:
+:class:`SimulatedLatency` makes each decision take the latency model's time
+for its role on the run's clock (prefill, then decode), and streams that
+decode so SPORK can probe it; :class:`SimulatedProbeLatency` makes each probe
+take the time to decode the call it returns.  Unwrapped policies (real
+models) take no simulated time: theirs is real.
+
+The one simulated decode loop is :func:`simulate_decode`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio
+
+from agentspec.runtime.latency import LatencyModel, ModelLatency
+from agentspec.runtime.policies import Decision, History, Policy, Progress, committed_steps
+from agentspec.runtime.probe import Prober, ProbeResult
+
+Role = Literal["authority", "speculator"]
+
+
+async def simulate_decode(model: ModelLatency, decision: Decision, prompt_tokens: int,
+                          progress: Progress | None = None, every: int = 1) -> None:
+    """Sleep the time ``model`` takes to prefill ``prompt_tokens`` and decode ``decision``'s tokens.
+
+    Without ``progress``, one sleep of :meth:`ModelLatency.seconds`.  With it, prefill first, then decode
+    (hidden reasoning, then the call) in chunks of ``every`` tokens (the first chunk one token), reporting
+    the tokens decoded so far after each chunk.  Sets the decision's token counts to the ones charged.
+    """
+    decision.prompt_tokens, decision.output_tokens = prompt_tokens, decision.output_tokens or 1
+    if progress is None:
+        await anyio.sleep(model.seconds(prompt_tokens, decision.output_tokens))
+        return
+    await anyio.sleep(model.seconds(prompt_tokens, 0) - model.reasoning_tokens / model.decode_tokens_per_s)
+    total = model.reasoning_tokens + decision.output_tokens
+    done = 0
+    while done < total:
+        chunk = min(every if done else 1, total - done)
+        await anyio.sleep(chunk / model.decode_tokens_per_s)
+        done += chunk
+        await progress("", done)
+
+
+@dataclass
+class SimulatedLatency:
+    """``policy``'s decisions, each taking ``latency``'s time for ``role`` (none when it has no model for it).
+
+    The prompt is sized by the committed steps of the history (a speculator's own drafts extend its
+    cached prompt).  ``stream_every``: tokens per progress report when streamed (SPORK's ``probe_every``).
+    """
+
+    policy: Policy
+    latency: LatencyModel
+    role: Role = "authority"
+    stream_every: int = 1
+
+    def _model(self) -> ModelLatency | None:
+        return self.latency.authority if self.role == "authority" else self.latency.speculator
+
+    async def decide(self, history: History) -> Decision:
+        decision = await self.policy.decide(history)
+        model = self._model()
+        if model is not None:
+            await simulate_decode(model, decision, self.latency.prompt_tokens(committed_steps(history)))
+        return decision
+
+    async def decide_streaming(self, history: History, progress: Progress, request_id: str | None = None) -> Decision:
+        """Like :meth:`decide`, reporting decode progress as it goes (``request_id`` is for servers: unused)."""
+        decision = await self.policy.decide(history)
+        model = self._model()
+        if model is None:
+            await progress("", 1)  # no model time: the whole answer is there at once
+            return decision
+        await simulate_decode(model, decision, self.latency.prompt_tokens(committed_steps(history)), progress,
+                              self.stream_every)
+        return decision
+
+
+def untimed(policy: Policy) -> Policy:
+    """``policy`` without its simulated time, for checks off the critical path (SMC's macro verification)."""
+    return policy.policy if isinstance(policy, SimulatedLatency) else policy
+
+
+@dataclass
+class SimulatedProbeLatency:
+    """``prober``'s probes, each taking the time the authority's model decodes the call it returns.
+
+    The probe shares the authority's prompt, which is cached, so only the returned tokens are charged.
+    """
+
+    prober: Prober
+    latency: LatencyModel
+
+    async def probe(self, history: History, partial: str, hint_for: str | None = None) -> ProbeResult:
+        result = await self.prober.probe(history, partial, hint_for)
+        if self.latency.authority is not None:
+            await anyio.sleep(max(result.tokens, 1) / self.latency.authority.decode_tokens_per_s)
+        return result

@@ -24,7 +24,10 @@ or the backend refuses to start; ``None`` turns one off, reported by
 - ``memory_bytes``: the container's memory cgroup, swap included (no swap);
 - ``pids``: the container's pids cgroup; ``cpus`` (off by default): a CPU quota;
 - ``disk_bytes`` (1 GiB by default): ``--storage-opt size`` caps each container's
-  writable layer, and RLIMIT_FSIZE each file.  Only some engines can apply it
+  writable layer, and RLIMIT_FSIZE each file.  btrfs charges its quota lazily to
+  some containers, so after every writing call the backend also measures the
+  writable layer (``SizeRw``): a call that leaves it over the limit fails with an
+  error observation, as does every later writing call.  Only some engines can apply it
   (btrfs, zfs, overlay2 on xfs with ``pquota``); on others (overlay2 on ext4,
   the common default) the backend refuses with a message saying so;
 - an option the engine accepts only with a warning (a limit it would drop) is
@@ -85,7 +88,7 @@ from agentspec.sandbox.program import (
     SandboxProgram,
     runner_observation,
 )
-from agentspec.snapshot import Branch, LineageBackend
+from agentspec.snapshot import Branch, LineageBackend, error_observation
 from agentspec.types import Effect, Observation, Requestor, ToolCall
 
 CommitMode = Literal["promote", "diff"]
@@ -576,4 +579,21 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             step, self.limits, workspace=WORKSPACE, ops_path=f"{SANDBOX_DIR}/ops.py", reap=True, memory_rlimit=False
         )
         code, out, err = await self._exec(box.container, payload)
-        return runner_observation(call, requestor, code, out, err)
+        observation = runner_observation(call, requestor, code, out, err)
+        if box.dirty and self.limits.disk_bytes is not None:
+            written = await self._writable_bytes(box.container)
+            if written > self.limits.disk_bytes:
+                # The backstop behind the engine's quota, which btrfs applies lazily to some containers: the
+                # call that leaves the writable layer over the limit fails, and so does every later writing call.
+                return error_observation(call, requestor, f"the sandbox's writable layer holds {written} bytes, over "
+                                         f"its disk limit of {self.limits.disk_bytes} (Limits.disk_bytes)")
+        return observation
+
+    async def _writable_bytes(self, container: str) -> int:
+        """The size of a container's writable layer (the engine's ``SizeRw``)."""
+
+        def size() -> int:
+            url = self.api._url("/containers/{0}/json", container)
+            return int(self.api._result(self.api._get(url, params={"size": 1}), True).get("SizeRw") or 0)
+
+        return await _docker.call("measuring a container's writable layer", size)

@@ -28,6 +28,7 @@ from agentspec.user_files import out_dir, read_user_file
 from agentspec.bench.registry import bench_class, shipped_macros
 from agentspec.bench.roles import open_clients, plan_roles, role_given
 from agentspec.bench.runner import raise_if_endpoint_dead, run_jobs, summarize
+from agentspec.cli.flags import noisy_oracle_p
 from agentspec.errors import ConfigError
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
@@ -40,9 +41,6 @@ from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, LLMProber, P
 from agentspec.runtime.runlog import RunLog, TaskLog
 from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
 from agentspec.runtime.spork import SporkConfig
-
-NOISY = "noisy-oracle:"
-
 
 @dataclass
 class LoggedEpisode:
@@ -66,18 +64,6 @@ def _modes(text: str) -> list[str]:
     return modes
 
 
-def _noisy_p(spec: str | None) -> float | None:
-    if not spec or not spec.startswith(NOISY):
-        return None
-    try:
-        p = float(spec[len(NOISY):])
-    except ValueError as exc:
-        raise ConfigError(f"--speculator-model {spec}: P must be a number in [0, 1]") from exc
-    if not 0.0 <= p <= 1.0:
-        raise ConfigError(f"--speculator-model {spec}: P must be in [0, 1]")
-    return p
-
-
 class _Setup:
     """Everything a speculative run needs, validated before any task starts."""
 
@@ -87,7 +73,7 @@ class _Setup:
         self.oracle = args.agent == "oracle"
         if not self.oracle and not args.solo:
             raise ConfigError("speculative execution runs solo-mode episodes: add --solo (or use --agent oracle)")
-        self.noisy_p = _noisy_p(args.speculator_model)
+        self.noisy_p = noisy_oracle_p(args.speculator_model)
         if self.noisy_p is not None and not self.oracle:
             raise ConfigError("noisy-oracle speculators need the gold calls: use them with --agent oracle")
         self.needs_speculator = any(parse_mode(m)[0] != "sequential" for m in self.modes)

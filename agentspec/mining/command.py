@@ -32,10 +32,10 @@ import anyio
 from agentspec.user_files import out_dir
 from agentspec.bench.registry import bench_class
 from agentspec.bench.roles import open_clients, plan_roles
-from agentspec.bench.speculative import _noisy_p
+from agentspec.cli.flags import noisy_oracle_p
+from agentspec.cli.mine import DEFAULT_TEMPERATURE
 from agentspec.errors import ConfigError
 from agentspec.macros import MacroLibrary
-from agentspec.mining.arguments import DEFAULT_TEMPERATURE
 from agentspec.mining.candidates import enumerate_candidates, graph_statistics, transition_graph
 from agentspec.mining.filter import FilterConfig, select
 from agentspec.mining.labelling import ReplaySandboxes, SpeculatorFactory, label_candidates, sample_continuations, training_states
@@ -47,7 +47,7 @@ from agentspec.types import canonical_json
 
 
 def _check(args: argparse.Namespace) -> FilterConfig:
-    # Each number's own range is checked by the parser (agentspec.bench.flags); here only how flags combine.
+    # Each number's own range is checked by the parser (agentspec.cli.flags); here only how flags combine.
     if args.min_length > args.max_length:
         raise ConfigError("need --min-length <= --max-length")
     out = Path(args.out)
@@ -130,7 +130,7 @@ def data_digest(trajectories: list[MinedTrajectory]) -> str:
 def mine_command(args: argparse.Namespace) -> dict[str, Any]:
     """Run the whole pipeline and write the library; returns the summary printed as the last JSON line."""
     config = _check(args)
-    noisy_p = _noisy_p(args.speculator_model)
+    noisy_p = noisy_oracle_p(args.speculator_model)
     bench = bench_class(args.bench).from_data_dir(args.data_dir)
     trajectories, counts, sources = _trajectories(args, bench)
     _progress(args, f"{counts['used']} trajectories ({counts['gold']} gold, {counts['runs']} from runs)")

@@ -9,9 +9,5 @@ committed trajectory with each step's source, and the reward checks::
     write_report([Path("runs/modes")], Path("runs/modes/report.html"))
 
 Modules: :mod:`.load` reads runs, :mod:`.tables` computes every figure, :mod:`.figures` draws,
-:mod:`.command` renders ``templates/report.html.j2``; :mod:`.arguments` is all the CLI imports at start-up.
+:mod:`.command` renders ``templates/report.html.j2`` (the CLI parser is :mod:`agentspec.cli.report`).
 """
-
-from agentspec.report.arguments import add_report_command
-
-__all__ = ["add_report_command"]

@@ -1,4 +1,4 @@
-"""Flag helpers shared by every subcommand: bounded numbers and model-role flags.
+"""Flag helpers shared by every subcommand: bounded numbers, model-role flags, the noisy-oracle speculator.
 
 Every numeric flag is declared with :func:`number`, so every one is checked
 once, at parse time, and a bad value gets the same one-line message::
@@ -21,7 +21,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["add_role_flags", "number"]
+from agentspec.errors import ConfigError
+
+__all__ = ["NOISY", "POSITIVE", "PROBABILITY", "TEMPERATURE", "add_data_dir", "add_role_flags", "noisy_oracle_p",
+           "number"]
+
+NOISY = "noisy-oracle:"
+"""Prefix of ``--speculator-model noisy-oracle:P`` (run and mine): a simulated speculator, see :func:`noisy_oracle_p`."""
 
 
 def _bounds(**limits: float | None) -> str:
@@ -51,6 +57,11 @@ def number(kind: type[int] | type[float], *, ge: float | None = None, gt: float 
     return parse
 
 
+POSITIVE = number(int, ge=1)
+PROBABILITY = number(float, ge=0, le=1)
+TEMPERATURE = number(float, ge=0)
+
+
 def add_role_flags(parser: Any, role: str, whose: str, *, also: str = "") -> None:
     """``--ROLE-model`` and ``--ROLE-base-url``, each with a help text that reads as one sentence.
 
@@ -63,3 +74,27 @@ def add_role_flags(parser: Any, role: str, whose: str, *, also: str = "") -> Non
                         help=f"{whose[0].upper()}{whose[1:]}: {', '.join(choices[:-1])}, or {choices[-1]}.")
     parser.add_argument(f"--{role}-base-url", metavar="URL",
                         help=f"OpenAI-compatible base URL serving {whose}, when --{role}-model is a model name.")
+
+
+def add_data_dir(parser: argparse.ArgumentParser) -> None:
+    """``--data-dir``: where a command finds the benchmark's data."""
+    parser.add_argument("--data-dir", help="benchmark data folder (default: $AGENTSPEC_TAU2_DATA or the user cache)")
+
+
+def noisy_oracle_p(spec: str | None) -> float | None:
+    """P of a ``--speculator-model noisy-oracle:P`` value, or None when ``spec`` names no noisy oracle.
+
+    Read by the handlers of ``run`` and ``mine`` (not at parse time: ``spec`` may as well be a model endpoint).
+
+        >>> noisy_oracle_p("noisy-oracle:0.8"), noisy_oracle_p("http://127.0.0.1:8000/v1")
+        (0.8, None)
+    """
+    if not spec or not spec.startswith(NOISY):
+        return None
+    try:
+        p = float(spec[len(NOISY):])
+    except ValueError as exc:
+        raise ConfigError(f"--speculator-model {spec}: P must be a number in [0, 1]") from exc
+    if not 0.0 <= p <= 1.0:
+        raise ConfigError(f"--speculator-model {spec}: P must be in [0, 1]")
+    return p

@@ -1,12 +1,12 @@
-"""The ``agentspec report`` subcommand's arguments (imported by the CLI at start-up, so kept light)."""
+"""``agentspec report``: one HTML page comparing runs (handler: :func:`agentspec.report.command.report_command`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-def add_report_command(sub: Any) -> None:
-    """Register ``agentspec report`` (a :data:`agentspec.cli.COMMAND_GROUPS` entry)."""
+def add_parser(sub: Any) -> None:
+    """Register ``report``."""
     report = sub.add_parser("report", help="one self-contained HTML page comparing runs: where the time went")
     report.add_argument("runs", nargs="+", metavar="RUN_DIR", help="--out folders of agentspec run (with results.json)")
     report.add_argument("--out", required=True, help="the HTML file to write (its folder is created)")

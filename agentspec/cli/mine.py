@@ -1,20 +1,17 @@
-"""The flags of ``agentspec mine`` (kept apart from the pipeline so the CLI starts without importing it)."""
+"""``agentspec mine``: mine a macro library (handler: :func:`agentspec.mining.command.mine_command`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentspec.bench.flags import add_role_flags, number
+from agentspec.cli.flags import POSITIVE, add_data_dir, add_role_flags, number
 
 DEFAULT_TEMPERATURE = 0.7
 """Sampling temperature for a model speculator when none is given: several samples must be able to differ."""
 
 
-POSITIVE = number(int, ge=1)
-
-
-def add_mine_command(sub: Any) -> None:
-    """The ``mine`` subcommand's flags (registered in :data:`agentspec.cli.COMMAND_GROUPS`)."""
+def add_parser(sub: Any) -> None:
+    """Register ``mine``."""
     mine = sub.add_parser("mine", help="mine a macro library from successful trajectories")
     mine.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
     mine.add_argument("--split", default="train", help="the training split: its gold calls, and the tasks --runs may cover")
@@ -23,7 +20,7 @@ def add_mine_command(sub: Any) -> None:
     mine.add_argument("--runs", nargs="+", default=[], metavar="DIR", help="run folders (or results.json files) to mine too")
     mine.add_argument("--no-gold", action="store_true", help="mine only --runs, not the split's gold calls")
     mine.add_argument("--min-reward", type=number(float, ge=0, le=1), default=1.0, help="a run episode counts as successful from this reward")
-    mine.add_argument("--data-dir", help="benchmark data folder (default: $AGENTSPEC_TAU2_DATA or the user cache)")
+    add_data_dir(mine)
     mine.add_argument("--out", required=True, help="where to write the library, e.g. runs/macros.json; the same "
                       "inputs always give the same bytes")
     mine.add_argument("--samples", type=POSITIVE, default=4, help="speculator continuations per training state")

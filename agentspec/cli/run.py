@@ -1,0 +1,55 @@
+"""``agentspec run``: run a benchmark and score it (handler: :func:`agentspec.bench.commands.run_command`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentspec.cli.flags import POSITIVE, PROBABILITY, TEMPERATURE, add_data_dir, add_role_flags, number
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``run`` with its speculative-execution flags."""
+    run = sub.add_parser("run", help="run a benchmark and score it")
+    run.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
+    run.add_argument("--split", default="base", help="task split (base, small, train, test, full)")
+    run.add_argument("--task-ids", help="comma-separated task ids (overrides --split)")
+    run.add_argument("--limit", type=POSITIVE, help="run at most N tasks")
+    run.add_argument("--trials", type=POSITIVE, default=1, help="episodes per task, for pass^k")
+    run.add_argument("--concurrency", type=POSITIVE, default=1, help="episodes in parallel")
+    run.add_argument("--agent", choices=["llm", "oracle"], default=None, help="oracle replays gold actions (solo)")
+    add_role_flags(run, "agent", "the agent's model")
+    add_role_flags(run, "user", "the user simulator's model")
+    run.add_argument("--solo", action="store_true", help="no user simulator: the agent works the ticket alone")
+    run.add_argument("--temperature", type=TEMPERATURE, default=None, help="sampling temperature for every model")
+    run.add_argument("--max-steps", type=POSITIVE, default=200, help="end an episode after N messages")
+    run.add_argument("--max-errors", type=POSITIVE, default=10, help="end an episode after N tool errors")
+    run.add_argument("--out", help="folder for results.json (created; must not be a file)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    run.add_argument("--report", action="store_true", help="write OUT/report.html (agentspec report) at the end; needs --out")
+    add_data_dir(run)
+    spec = run.add_argument_group("speculative execution (solo mode)")
+    spec.add_argument("--mode", help="sequential, sa, smc, spork or X+spork; a comma list (sequential,sa,smc) runs each in one go")
+    add_role_flags(spec, "speculator", "the speculator's model", also="noisy-oracle:P (with --agent oracle)")
+    spec.add_argument("--macros", help="macro library JSON for smc (default: the bench's shipped library, "
+                                       "e.g. macros/tau2-telecom.json)")
+    spec.add_argument("--latency-model", help="simulated latency: a preset name (smc-paper) or a JSON file")
+    spec.add_argument("--depth", type=POSITIVE, default=4, help="draft chain depth")
+    spec.add_argument("--l-min", type=number(int, ge=0), default=1, help="minimum decisions a macro commit must skip")
+    spec.add_argument("--verify-macros", action="store_true", help="check each macro commit against the authority and update n, k")
+    spec.add_argument("--macros-out", help="save the macro library with its online-updated n, k, lcb here")
+    spec.add_argument("--seed", type=number(int, ge=0), default=0, help="seeds noisy oracles and simulated probes")
+    spec.add_argument("--resume", action="store_true", help="continue the run logged in --out without re-applying effects")
+    spec.add_argument("--baseline", help="an earlier run's results.json (or its folder): report this run's ratios against it")
+    spec.add_argument("--gate", type=PROBABILITY, default=0.90, help="SPORK: dispatch a probed call at confidence >= gate")
+    spec.add_argument("--probe-every", type=POSITIVE, default=16, help="SPORK: probe again every N authority tokens")
+    spec.add_argument("--probe-accuracy", type=PROBABILITY, default=0.9, help="SPORK with --agent oracle: simulated probe hit rate")
+    spec.add_argument("--no-cost-model", action="store_true", help="SPORK: probe and dispatch regardless of the cost model")
+    spec.add_argument("--answer-prefix", default="",
+                      help="LLM agent: start every answer with this text, continued by the endpoint "
+                           "(continue_final_message), and allow text before the call (tool_choice auto); e.g. "
+                           "'Thought:' or '<think>\\n', so the agent reasons first and SPORK probes can overtake it")
+    spec.add_argument("--probe-opening", choices=["fenced", "hermes"], default="fenced",
+                      help="SPORK: the call opening a probe forces: fenced json (Qwen coder models) or "
+                           "'</think>\\n\\n<tool_call>' (Qwen3-style hermes models)")
+    spec.add_argument("--timeline", help="write a PNG timeline of the first task's episode (last mode) here")
+    run.set_defaults(handler="agentspec.bench.commands:run_command")

@@ -54,6 +54,8 @@ environment, a database connection, a directory tree, a container):
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import itertools
 import weakref
 from dataclasses import dataclass, field
@@ -175,20 +177,20 @@ def _lock() -> anyio.Lock:
     return anyio.Lock(fast_acquire=True)
 
 
-class Calls(Generic[S]):
+class Calls(ABC, Generic[S]):
     """How one call runs on a state: the part of a strategy a :class:`Branch` drives."""
 
     def _plan(self, call: ToolCall, requestor: Requestor) -> Any:
         """What ``_run`` gets as ``step``, or an Observation that answers a wrong call without running it."""
         return call
 
+    @abstractmethod
     async def _run(self, state: S, step: Any, call: ToolCall, requestor: Requestor) -> Observation:
         """Run one call on ``state`` (the caller holds its branch's lock)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _effect_in(self, state: S, name: str) -> Effect:
         """The effect class of tool ``name`` on ``state``."""
-        raise NotImplementedError
 
     def _label(self, observation: Observation) -> Observation:
         """``observation`` as the caller sees it (sandbox backends mark their isolation opt-ins here)."""
@@ -284,21 +286,21 @@ class LineageBackend(Calls[S]):
         """The sandbox object holding ``state`` (override to give sandboxes their own class)."""
         return Branch(calls=self, state=state, lineage=lineage, token=token)
 
+    @abstractmethod
     async def _freeze(self, state: S) -> Any:
         """A snapshot ref of ``state`` (the caller holds its branch's lock)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _accepts(self, ref: Any) -> bool:
         """Whether ``ref`` is a snapshot ref of this backend."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def _fork_state(self, ref: Any) -> S:
         """A new, independent state equal to the snapshot ``ref``."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def _promote(self, state: S, live: S) -> S:
         """Make a sandbox's ``state`` live in place of ``live`` (shielded); returns the live state from now on."""
-        raise NotImplementedError
 
     async def _drop(self, state: S) -> None:
         """Free a discarded sandbox's state (its lock is held: no call runs in it)."""
@@ -307,8 +309,9 @@ class LineageBackend(Calls[S]):
     def _effect_in(self, state: S, name: str) -> Effect:
         return self.effect(name)
 
+    @abstractmethod
     def effect(self, name: str) -> Effect:
-        raise NotImplementedError
+        """The effect class of tool ``name`` (unknown tools are MUTATING)."""
 
     def _stop(self, branch: Branch[S]) -> None:
         """Stop the call running in a sandbox being discarded (default: cancel it, which kills it)."""

@@ -59,6 +59,8 @@ The state of a sandbox is its files: no process outlives a call.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import itertools
 import os
 import secrets
@@ -204,7 +206,7 @@ class _Scratch:
         return self.root / "live"
 
 
-class _Trees:
+class _Trees(ABC):
     """How trees are held: the mechanism half of :class:`OverlayBackend` (a strategy)."""
 
     name: Mode
@@ -212,20 +214,21 @@ class _Trees:
     def __init__(self, scratch: _Scratch) -> None:
         self.scratch = scratch
 
+    @abstractmethod
     async def live(self, source: Path | None) -> _Tree:
         """The first live tree, equal to ``source`` (empty without one), visible at the scratch's live path."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def freeze(self, tree: _Tree) -> tuple[_Layer, ...]:
         """The tree's state as frozen layers (the caller holds its lock); the tree goes on writable."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def fork(self, layers: tuple[_Layer, ...]) -> _Tree:
-        raise NotImplementedError
+        """A new writable tree holding the state of ``layers``."""
 
+    @abstractmethod
     async def promote(self, tree: _Tree, live: _Tree) -> None:
         """Make ``tree`` visible at the live path instead of ``live``."""
-        raise NotImplementedError
 
     async def unmount(self, tree: _Tree) -> None:
         return None

@@ -200,11 +200,9 @@ class ProgramCalls:
 
     program: SandboxProgram
     limits: Limits
-
-    @property
-    def weakened(self) -> str | None:
-        """The isolation opt-ins in force, as every observation records them (None: everything promised)."""
-        raise NotImplementedError
+    weakened: str | None
+    """The isolation opt-ins in force, as every observation records them (None: everything promised);
+    each backend defines it from its confinement and limits."""
 
     def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
         return self.program.tool_specs(requestor)

@@ -16,9 +16,14 @@ from agentspec.errors import (
     ToolNotFound,
 )
 from agentspec.api import Executor, RunResult
+from agentspec.assembly import Outcome, run
+from agentspec.bench.protocol import Bench, BenchTask, Score
 from agentspec.checkpoint import JsonState
 from agentspec.env import Environment, StateSnapshot
 from agentspec.models import ModelClient, ModelConfig
+from agentspec.run_spec import RunSpec, SporkSettings
+from agentspec.runtime.conversation import SAY, User, UserTurn
+from agentspec.runtime.modes import Mode
 from agentspec.runtime.policies import Decision, Policy
 from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
 from agentspec.snapshot import InProcessBackend, LineageBackend, Sandbox, SnapshotBackend
@@ -38,6 +43,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentSpecError",
+    "Bench",
+    "BenchTask",
     "ConfigError",
     "DataError",
     "Decision",
@@ -49,6 +56,7 @@ __all__ = [
     "JsonState",
     "LineageBackend",
     "Message",
+    "Mode",
     "ModelClient",
     "ModelConfig",
     "ModelError",
@@ -57,14 +65,19 @@ __all__ = [
     "ModelTimeout",
     "ModelUnavailable",
     "Observation",
+    "Outcome",
     "Policy",
     "ReplayMismatch",
     "RunResult",
+    "RunSpec",
+    "SAY",
     "Sandbox",
+    "Score",
     "SimulatedLatency",
     "SimulatedProbeLatency",
     "SnapshotBackend",
     "SnapshotError",
+    "SporkSettings",
     "StateSnapshot",
     "Step",
     "TerminationReason",
@@ -74,7 +87,10 @@ __all__ = [
     "ToolSpec",
     "Toolkit",
     "Trajectory",
+    "User",
+    "UserTurn",
     "render_result",
+    "run",
     "spec_from_function",
     "tool",
 ]

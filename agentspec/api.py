@@ -40,15 +40,18 @@ from typing import Any, Self
 
 import anyio
 
+from agentspec.assembly import Parts, build_loop
 from agentspec.env import Environment, StateSnapshot
 from agentspec.errors import ConfigError
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient, ModelConfig
-from agentspec.runtime.executor import CommittedStep, ExecutionLoop, ExecutionResult, ExecutorConfig, parse_mode
+from agentspec.runtime.executor import CommittedStep, ExecutionResult
+from agentspec.runtime.modes import Mode
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
 from agentspec.runtime.probe import FENCED_OPENING, LLMProber
 from agentspec.runtime.spork import SporkConfig
+from agentspec.run_spec import RunSpec
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.runlog import RunLog, TaskLog
 from agentspec.runtime.simulated import Role, SimulatedLatency
@@ -199,12 +202,14 @@ class Executor:
     ) -> None:
         self.backend = as_backend(env)
         self.authority, self.speculator = authority, speculator
-        base_mode, self.spork = parse_mode(mode)
-        self.config = ExecutorConfig(mode=base_mode, depth=depth, max_calls=max_calls)
+        self.mode = Mode.parse(mode)
+        if self.mode.speculates and speculator is None:
+            raise ConfigError(f"mode {self.mode.name} needs a speculator")
+        self.spec = RunSpec.of(modes=[self.mode], depth=depth, max_calls=max_calls, latency_model=latency)
         self.spork_config = spork or SporkConfig()
         self.probe_opening = probe_opening
         self.macros = MacroLibrary.load(macros) if isinstance(macros, (str, Path)) else macros
-        self.latency = LatencyModel.load(latency) if isinstance(latency, str) else latency
+        self.latency = self.spec.latency
         self.system_prompt = system_prompt
         self.log_path = Path(log) if log else None
 
@@ -225,7 +230,7 @@ class Executor:
             prompt = f"{self.system_prompt}\n\nTask: {task}"
             authority = await self._policy(self.authority, stack, prompt, tools, "authority")
             prober = None
-            if self.spork:
+            if self.mode.spork:
                 if not isinstance(authority, LLMPolicy):
                     raise ConfigError("SPORK probes the authority's own endpoint: give the authority as a ModelConfig")
                 prober = LLMProber.of(authority, opening=self.probe_opening)
@@ -233,8 +238,9 @@ class Executor:
             log = RunLog(self.log_path) if self.log_path else None
             if log is not None:
                 stack.callback(log.close)
-            loop = ExecutionLoop(self.backend, authority, speculator, config=self.config, macros=self.macros,
-                                 latency=self.latency, log=log, task_id=key, prober=prober, spork=self.spork_config)
+            parts = Parts(authority, speculator, prober)
+            loop = build_loop(self.spec, self.mode, self.backend, parts, macros=self.macros, log=log, task_id=key,
+                              spork=self.spork_config)
             if logged is not None:
                 loop.resume(logged)
             result = await loop.run()

@@ -154,6 +154,9 @@ class Observation(BaseModel):
     isolation: str | None = None
     """None: the tool ran with everything its backend promises.  Otherwise the opt-ins that weakened it,
     comma-separated: ``unconfined`` (``confinement="none"``), ``no-disk-limit``, ``no-pids-limit``."""
+    turn: tuple[Message, ...] = ()
+    """Normal mode: what the user did before answering a message from the agent (its calls, their results,
+    its reply), kept for the trajectory; empty for every tool call."""
 
 
 class InvalidToolCall(BaseModel):
@@ -237,3 +240,6 @@ class Trajectory(BaseModel):
             if message.role in ("assistant", "user"):
                 calls.extend((message.role, call) for call in message.tool_calls)
         return calls
+
+
+Observation.model_rebuild()

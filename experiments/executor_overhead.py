@@ -15,13 +15,15 @@ import time
 
 import anyio
 
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
+from agentspec.assembly import Parts, build_loop
+from agentspec.bench.registry import open_bench
+from agentspec.bench.tau2.harness import Tau2Bench
+from agentspec.run_spec import RunSpec
 from agentspec.runtime.policies import NoisyOracleSpeculator, OracleAuthority
 from agentspec.snapshot import InProcessBackend
-from envs.tau2_telecom.bench import TelecomBench
 
 
-def direct_seconds(bench: TelecomBench, tasks: list) -> tuple[float, int]:
+def direct_seconds(bench: Tau2Bench, tasks: list) -> tuple[float, int]:
     envs = [bench.environment(task, solo=True) for task in tasks]
     steps = 0
     started = time.perf_counter()
@@ -32,13 +34,14 @@ def direct_seconds(bench: TelecomBench, tasks: list) -> tuple[float, int]:
     return time.perf_counter() - started, steps
 
 
-async def executor_seconds(bench: TelecomBench, tasks: list, mode: str) -> float:
+async def executor_seconds(bench: Tau2Bench, tasks: list, mode: str) -> float:
     envs = [bench.environment(task, solo=True) for task in tasks]
+    spec = RunSpec.of(bench="tau2-telecom", agent="oracle", solo=True, modes=mode, speculator_model="noisy-oracle:1")
     total = 0.0
     for env, task in zip(envs, tasks, strict=True):
         gold = bench.gold_calls(task)
         speculator = NoisyOracleSpeculator(gold, 1.0, [], task_id=task.id) if mode != "sequential" else None
-        loop = ExecutionLoop(InProcessBackend(env), OracleAuthority(gold), speculator, config=ExecutorConfig(mode=mode))  # type: ignore[arg-type]
+        loop = build_loop(spec, spec.modes[0], InProcessBackend(env), Parts(OracleAuthority(gold), speculator))
         started = time.perf_counter()
         await loop.run()
         total += time.perf_counter() - started
@@ -50,7 +53,8 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    bench = TelecomBench.from_data_dir(args.data_dir)
+    bench = open_bench("tau2-telecom", args.data_dir)
+    assert isinstance(bench, Tau2Bench)
     tasks = bench.tasks("base")
     env = bench.environment(tasks[0], solo=True)
     snap = env.snapshot()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentspec.models import ModelClient, ModelConfig  # noqa: E402
 from agentspec.models.embedded import embedded_server  # noqa: E402
-from agentspec.runtime.executor import ExecutorConfig  # noqa: E402
+from agentspec.assembly import episode_parts, run_episode  # noqa: E402
+from agentspec.bench.registry import open_bench  # noqa: E402
+from agentspec.bench.tau2.harness import Tau2Bench  # noqa: E402
+from agentspec.run_spec import RunSpec, SporkSettings  # noqa: E402
 from agentspec.runtime.latency import LatencyModel, ToolLatency  # noqa: E402
 from agentspec.runtime.metrics import percentile  # noqa: E402
-from agentspec.runtime.policies import LLMPolicy  # noqa: E402
-from agentspec.runtime.probe import FENCED_OPENING, LLMProber  # noqa: E402
-from agentspec.runtime.spork import SporkConfig  # noqa: E402
-from envs.tau2_telecom.bench import TelecomBench  # noqa: E402
 
 THINK = ("Before each tool call, write one short sentence saying what you will check or do and why; "
          "then write the call.")
@@ -54,16 +52,17 @@ async def server_stats(base_url: str) -> dict[str, Any]:
     return next(iter(data.values()))
 
 
-async def episode(bench: TelecomBench, task: Any, client: ModelClient, args: argparse.Namespace, spork: bool) -> dict[str, Any]:
-    prompt = f"{bench.agent_prompt(task, solo=True)}\n\n{THINK}"
-    authority = LLMPolicy(client, prompt, bench.solo_tools(), tool_choice="auto", max_tokens=args.max_tokens,
-                          answer_prefix=args.answer_prefix)
-    prober = LLMProber.of(authority, opening=FENCED_OPENING, max_tokens=args.probe_tokens) if spork else None
-    config = ExecutorConfig(mode="sequential", max_calls=args.max_calls, max_errors=2)
-    latency = LatencyModel(name="tool-floor", tool=ToolLatency(fixed_s=args.tool_latency))
-    spork_config = SporkConfig(gate=args.gate, probe_every=args.probe_every, cost_model=not args.no_cost_model)
-    result = await bench.run_speculative_episode(task, authority, None, config=config, latency=latency,
-                                                 prober=prober, spork=spork_config)
+async def episode(bench: Tau2Bench, task: Any, client: ModelClient, args: argparse.Namespace, spork: bool) -> dict[str, Any]:
+    spec = RunSpec.of(
+        bench="tau2-telecom", agent="llm", solo=True, modes="spork" if spork else "sequential", instructions=THINK,
+        answer_prefix=args.answer_prefix, max_tokens=args.max_tokens, max_calls=args.max_calls, max_errors=2,
+        latency_model=LatencyModel(name="tool-floor", tool=ToolLatency(fixed_s=args.tool_latency)),
+        spork=SporkSettings(gate=args.gate, probe_every=args.probe_every, cost_model=not args.no_cost_model,
+                            probe_tokens=args.probe_tokens),
+    )
+    mode = spec.modes[0]
+    parts = episode_parts(spec, mode, bench, task, {"agent": client}, solo=True)
+    result = await run_episode(spec, mode, bench, task, parts)
     record = result.record()
     execution = record.get("execution") or {}
     calls = [[(c.name, c.arguments) for c in m.tool_calls] for m in result.trajectory.messages if m.tool_calls]
@@ -83,7 +82,8 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    bench = TelecomBench.from_data_dir(args.data_dir)
+    bench = open_bench("tau2-telecom", args.data_dir)
+    assert isinstance(bench, Tau2Bench)
     tasks = bench.tasks(args.split, limit=args.limit)
     runs: dict[str, list[dict[str, Any]]] = {"sequential": [], "spork": []}
     async with (embedded_server([args.model], decoder="toolspec") if not args.base_url else _given(args)) as served:

@@ -20,9 +20,9 @@ def tau2_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def bench(tau2_dir: Path):
-    from envs.tau2_telecom.bench import TelecomBench
+    from agentspec.bench.registry import open_bench
 
-    return TelecomBench.from_data_dir(tau2_dir)
+    return open_bench("tau2-telecom", tau2_dir)
 
 
 @pytest.fixture

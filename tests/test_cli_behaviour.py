@@ -236,7 +236,7 @@ def test_timeline_of_a_long_task_is_readable(tau2_dir, tmp_path, capsys):
     long_task = ("[mms_issue]airplane_mode_on|bad_network_preference|bad_wifi_calling|break_apn_mms_setting|"
                  "break_app_sms_permission|data_mode_off|data_usage_exceeded|unseat_sim_card|"
                  "user_abroad_roaming_disabled_on[PERSONA:None]")
-    code, _, err = call(capsys, "run", "--bench", "tau2-telecom", "--task-ids", long_task, "--agent", "oracle", "--mode", "smc",
+    code, _, err = call(capsys, "run", "--bench", "tau2-telecom", "--task-ids", long_task, "--solo", "--agent", "oracle", "--mode", "smc",
                         "--speculator-model", "noisy-oracle:0.8", "--latency-model", "smc-paper", "--no-progress",
                         "--out", str(tmp_path), "--timeline", str(tmp_path / "t.png"), "--data-dir", str(tau2_dir))
     assert code == 0, err

@@ -59,7 +59,7 @@ def test_noisy_oracle_p_refuses_a_bad_p(spec: str, message: str) -> None:
         noisy_oracle_p(spec)
 
 
-@pytest.mark.parametrize("command", [["run", "--bench", "tau2-telecom", "--agent", "oracle", "--mode", "sa"],
+@pytest.mark.parametrize("command", [["run", "--bench", "tau2-telecom", "--solo", "--agent", "oracle", "--mode", "sa"],
                                      ["mine", "--bench", "tau2-telecom", "--out", "x.json"]])
 def test_run_and_mine_refuse_the_same_bad_noisy_oracle(command: list[str], capsys, tmp_path) -> None:
     argv = [*command, "--speculator-model", "noisy-oracle:2", "--data-dir", str(tmp_path / "missing")]

@@ -96,7 +96,7 @@ def test_non_stop_ending_scores_zero(bench):
     episode = score(bench, AIRPLANE_TASK, [("user", ToolCall(name="toggle_airplane_mode"))])
     task = bench.task(AIRPLANE_TASK)
     cut = episode.trajectory.model_copy(update={"termination": TerminationReason.MAX_STEPS})
-    evaluation = bench.evaluate(task, cut)
+    evaluation = bench.evaluate_trajectory(task, cut, solo=False)
     assert evaluation.reward == 0.0 and all(c.passed for c in evaluation.env_assertions)
 
 
@@ -107,7 +107,7 @@ def test_replay_mismatch_aborts_evaluation(bench):
     ]
     tampered = episode.trajectory.model_copy(update={"messages": messages})
     with pytest.raises(ReplayMismatch, match="check_sim_status"):
-        bench.evaluate(bench.task(AIRPLANE_TASK), tampered)
+        bench.evaluate_trajectory(bench.task(AIRPLANE_TASK), tampered, solo=False)
 
 
 def test_alternative_fix_scores_one(bench):

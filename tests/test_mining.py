@@ -260,7 +260,7 @@ def test_observe_moves_lcb_as_beta_says():
 def test_results_of_both_layouts_give_successful_agent_trajectories(tau2_dir, tmp_path, capsys):
     plain, spec = tmp_path / "plain", tmp_path / "spec"
     ids = "[service_issue]airplane_mode_on[PERSONA:None],[service_issue]break_apn_settings[PERSONA:None]"
-    for argv in (["--out", str(plain)], ["--mode", "sequential,sa", "--speculator-model", "noisy-oracle:0.8", "--out", str(spec)]):
+    for argv in (["--out", str(plain)], ["--solo", "--mode", "sequential,sa", "--speculator-model", "noisy-oracle:0.8", "--out", str(spec)]):
         assert main(["run", "--bench", "tau2-telecom", "--agent", "oracle", "--task-ids", ids, "--data-dir", str(tau2_dir),
                      "--no-progress", *argv]) == 0
     capsys.readouterr()
@@ -516,7 +516,7 @@ def test_shipped_library_is_the_readme_mine_command_output():
 
 
 def test_the_shipped_library_commits_macros_on_the_test_split_and_keeps_reward(tau2_dir, capsys):
-    code = main(["run", "--bench", "tau2-telecom", "--split", "test", "--agent", "oracle", "--mode", "sequential,sa,smc",
+    code = main(["run", "--bench", "tau2-telecom", "--split", "test", "--solo", "--agent", "oracle", "--mode", "sequential,sa,smc",
                  "--speculator-model", "noisy-oracle:0.8", "--latency-model", "smc-paper", "--macros", str(SHIPPED),
                  "--data-dir", str(tau2_dir), "--no-progress"])
     out = capsys.readouterr().out

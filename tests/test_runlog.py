@@ -84,7 +84,7 @@ def test_the_issue_reproduction_resumes_a_telecom_macro_task(tau2_dir, tmp_path)
     from agentspec.cli import main
 
     task = "[service_issue]airplane_mode_on|overdue_bill_suspension[PERSONA:None]"
-    common = ["run", "--bench", "tau2-telecom", "--agent", "oracle", "--data-dir", str(tau2_dir), "--mode", "smc",
+    common = ["run", "--bench", "tau2-telecom", "--solo", "--agent", "oracle", "--data-dir", str(tau2_dir), "--mode", "smc",
               "--macros", "macros/tau2-telecom.json", "--speculator-model", "noisy-oracle:0.8",
               "--latency-model", "smc-paper", "--no-progress", "--task-ids", task]
     full = tmp_path / "full"

@@ -23,7 +23,7 @@ def run(capsys, *argv):
 
 
 def test_sa_and_smc_keep_reward_and_beat_sequential_on_the_virtual_clock(tau2_dir, tmp_path, capsys):
-    summary = run(capsys, "--split", "base", "--agent", "oracle", "--mode", "sequential,sa,smc", "--speculator-model",
+    summary = run(capsys, "--split", "base", "--solo", "--agent", "oracle", "--mode", "sequential,sa,smc", "--speculator-model",
                   "noisy-oracle:0.8", "--latency-model", "smc-paper", "--data-dir", str(tau2_dir), "--out", str(tmp_path),
                   "--timeline", str(tmp_path / "timeline.png"))
     modes = summary["modes"]
@@ -56,7 +56,7 @@ def test_smc_commits_macros_from_a_library(tau2_dir, tmp_path, capsys):
         Macro(id="apn-fix", n=20, k=19, lcb=0.8, steps=[MacroStep(name="reset_apn_settings"), MacroStep(name="reboot_device")]),
     ])
     library.save(tmp_path / "macros.json")
-    summary = run(capsys, "--task-ids", "[service_issue]break_apn_settings[PERSONA:None]", "--agent", "oracle", "--mode", "sa,smc",
+    summary = run(capsys, "--task-ids", "[service_issue]break_apn_settings[PERSONA:None]", "--solo", "--agent", "oracle", "--mode", "sa,smc",
                   "--speculator-model", "noisy-oracle:1.0", "--latency-model", "smc-paper", "--macros", str(tmp_path / "macros.json"),
                   "--data-dir", str(tau2_dir), "--out", str(tmp_path))
     assert summary["modes"]["smc"]["commits_macro"] == 1 and summary["modes"]["smc"]["authority_skipped"] == 1
@@ -67,7 +67,7 @@ def test_smc_commits_macros_from_a_library(tau2_dir, tmp_path, capsys):
 
 
 def test_resume_skips_finished_tasks(tau2_dir, tmp_path, capsys):
-    argv = ["--split", "small", "--agent", "oracle", "--mode", "sa", "--speculator-model", "noisy-oracle:0.7",
+    argv = ["--split", "small", "--solo", "--agent", "oracle", "--mode", "sa", "--speculator-model", "noisy-oracle:0.7",
             "--latency-model", "smc-paper", "--data-dir", str(tau2_dir), "--out", str(tmp_path)]
     first = run(capsys, *argv)
     log = (tmp_path / "run-sa.log.jsonl").read_text().splitlines()
@@ -82,7 +82,7 @@ def test_resume_skips_finished_tasks(tau2_dir, tmp_path, capsys):
     (["--mode", "turbo", "--agent", "oracle"], "unknown mode"),
     (["--mode", "sa", "--agent", "oracle"], "--speculator-model"),
     (["--mode", "sa", "--agent", "oracle", "--speculator-model", "noisy-oracle:2"], "in [0, 1]"),
-    (["--mode", "sa", "--agent-model", "http://127.0.0.1:9/v1#m", "--speculator-model", "noisy-oracle:0.5"], "--solo"),
+    (["--mode", "sa", "--agent-model", "http://127.0.0.1:9/v1#m", "--speculator-model", "noisy-oracle:0.5"], "use them with --agent oracle"),
     (["--mode", "sa", "--agent", "oracle", "--speculator-model", "noisy-oracle:0.5", "--latency-model", "nope"], "preset"),
     (["--mode", "smc", "--agent", "oracle", "--speculator-model", "noisy-oracle:0.5", "--macros", "/nonexistent.json"], "cannot read"),
 ])
@@ -144,7 +144,7 @@ def test_verified_macro_commits_update_the_saved_library(tau2_dir, tmp_path, cap
         Macro(id="apn-fix", n=20, k=19, lcb=0.8, steps=[MacroStep(name="reset_apn_settings"), MacroStep(name="reboot_device")]),
     ])
     library.save(tmp_path / "macros.json")
-    summary = run(capsys, "--task-ids", "[service_issue]break_apn_settings[PERSONA:None]", "--trials", "2", "--agent", "oracle",
+    summary = run(capsys, "--task-ids", "[service_issue]break_apn_settings[PERSONA:None]", "--trials", "2", "--solo", "--agent", "oracle",
                   "--mode", "smc", "--speculator-model", "noisy-oracle:1.0", "--latency-model", "smc-paper",
                   "--macros", str(tmp_path / "macros.json"), "--verify-macros", "--macros-out", str(tmp_path / "out.json"),
                   "--data-dir", str(tau2_dir))
@@ -153,8 +153,8 @@ def test_verified_macro_commits_update_the_saved_library(tau2_dir, tmp_path, cap
     updated = MacroLibrary.load(tmp_path / "out.json").macros[0]
     assert (updated.n, updated.k) == (22, 21)
     # Checking a macro is off the critical path: it takes no simulated time.
-    unchecked = run(capsys, "--task-ids", "[service_issue]break_apn_settings[PERSONA:None]", "--trials", "2", "--agent",
-                    "oracle", "--mode", "smc", "--speculator-model", "noisy-oracle:1.0", "--latency-model", "smc-paper",
+    unchecked = run(capsys, "--task-ids", "[service_issue]break_apn_settings[PERSONA:None]", "--trials", "2", "--solo",
+                    "--agent", "oracle", "--mode", "smc", "--speculator-model", "noisy-oracle:1.0", "--latency-model", "smc-paper",
                     "--macros", str(tmp_path / "macros.json"), "--data-dir", str(tau2_dir))
     assert unchecked["modes"]["smc"]["mean_task_wall_s"] == smc["mean_task_wall_s"]
 
@@ -184,14 +184,14 @@ def test_smc_refuses_when_no_library_can_be_found(tau2_dir, capsys, monkeypatch)
     from agentspec.bench import registry
 
     monkeypatch.setitem(registry.MACROS, "tau2-telecom", "macros/missing.json")
-    code = main(["run", "--bench", "tau2-telecom", "--agent", "oracle", "--mode", "smc", "--speculator-model",
+    code = main(["run", "--bench", "tau2-telecom", "--solo", "--agent", "oracle", "--mode", "smc", "--speculator-model",
                  "noisy-oracle:0.8", "--limit", "1", "--data-dir", str(tau2_dir), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "mode smc needs --macros FILE" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_single_mode_run_has_the_same_shape(tau2_dir, tmp_path, capsys):
-    summary = run(capsys, "--split", "small", "--agent", "oracle", "--mode", "sequential", "--latency-model", "smc-paper",
+    summary = run(capsys, "--split", "small", "--solo", "--agent", "oracle", "--mode", "sequential", "--latency-model", "smc-paper",
                   "--data-dir", str(tau2_dir), "--out", str(tmp_path))
     assert list(summary["modes"]) == ["sequential"] and summary["modes"]["sequential"]["tasks"] == 20
     assert summary["speedup_vs_sequential"] == {"sequential": 1.0} and "reward_mean" not in summary

@@ -13,7 +13,8 @@ from test_executor_safety import SCRIPT, calls, replay, run_trio
 from toy_env import KVEnvironment
 
 from agentspec.runtime.cost_model import CostModel
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig, parse_mode
+from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
+from agentspec.runtime.modes import Mode
 from agentspec.runtime.latency import LatencyModel, ModelLatency, ToolLatency
 from agentspec.runtime.policies import Decision, OracleAuthority
 from agentspec.runtime.probe import ProbeResult, confidence, parse_probe, schema_errors
@@ -102,6 +103,9 @@ class BareHost:
     def chain_head(self):
         return None
 
+    def effect(self, name):
+        return self.backend.effect(name)
+
     def since_start(self, at):
         return at
 
@@ -129,11 +133,11 @@ def test_spork_needs_nothing_of_the_loop_but_its_declared_host():
 
 
 def test_parse_mode():
-    assert parse_mode("spork") == ("sequential", True)
-    assert parse_mode("smc+spork") == ("smc", True)
-    assert parse_mode("sa") == ("sa", False)
-    with pytest.raises(ValueError):
-        parse_mode("fast+spork")
+    assert Mode.parse("spork") == Mode(base="sequential", spork=True)
+    assert Mode.parse("smc+spork") == Mode(base="smc", spork=True) and Mode.parse("smc+spork").name == "smc+spork"
+    assert Mode.parse("sa") == Mode(base="sa") and Mode.parse("spork").name == "spork"
+    with pytest.raises(ValueError, match="unknown mode 'fast\\+spork'"):
+        Mode.parse("fast+spork")
 
 
 def test_hits_commit_without_re_execution():
@@ -224,7 +228,7 @@ def test_confidence_and_parsing():
        p_hit=st.floats(0, 1), gate=st.floats(0.5, 1.0), probe_delay=st.floats(0, 30), decode=st.floats(1, 100))
 def test_random_timings_keep_live_state_equal_to_the_replay(script, seed, mode, p_hit, gate, probe_delay, decode):
     rng = random.Random(seed)
-    base, _ = parse_mode(mode)
+    base = Mode.parse(mode).base
 
     @dataclass
     class Noisy:

@@ -13,8 +13,9 @@ import anyio
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from agentspec.user_files import out_dir, read_user_file
-from agentspec.bench.registry import bench_class, data_spec
-from agentspec.bench.roles import open_clients, plan_roles, role_given
+from agentspec.bench.registry import data_spec, open_bench
+from agentspec.bench.roles import open_clients, plan_roles
+from agentspec.run_spec import role_given
 from agentspec.bench.runner import raise_if_endpoint_dead, run_jobs, summarize
 from agentspec.data import pull, resolve_data_dir
 from agentspec.errors import ConfigError
@@ -89,7 +90,9 @@ async def _evaluate_one(bench: Any, task_id: str, actions: list[ActionSpec], end
 
 
 def evaluate_command(args: argparse.Namespace) -> dict[str, Any] | None:
-    bench = bench_class(args.bench).from_data_dir(args.data_dir)
+    bench = open_bench(args.bench, args.data_dir)
+    if not hasattr(bench, "scripted"):
+        raise ConfigError(f"agentspec evaluate scores tau2 benches; {args.bench} is scored by its runs (agentspec run)")
     if args.batch:
         records = _read_batch(args.batch)
         for record in records:
@@ -140,16 +143,14 @@ async def _run_oracle(bench: Any, args: argparse.Namespace, jobs: list[tuple[Any
     return await run_jobs(jobs, one, concurrency=args.concurrency, progress=not args.no_progress)
 
 
-def run_command(args: argparse.Namespace) -> dict[str, Any]:
-    if args.report and not args.out:
-        raise ConfigError("--report needs --out DIR: the report is written to DIR/report.html")
-    if getattr(args, "mode", None):
-        from agentspec.bench.speculative import speculative_run_command
-
-        return speculative_run_command(args)
+def plain_run_command(args: argparse.Namespace) -> dict[str, Any]:
+    """``agentspec run`` without ``--mode``: tau2's own episode loop (the reference the modes are compared with)."""
     out = out_dir(args.out)
-    bench = bench_class(args.bench).from_data_dir(args.data_dir, max_steps=args.max_steps, max_errors=args.max_errors)
+    bench = open_bench(args.bench, args.data_dir, max_steps=args.max_steps, max_errors=args.max_errors)
+    if not hasattr(bench, "run_episode"):
+        raise ConfigError(f"{args.bench} runs through the executor: give --mode (e.g. --mode sequential)")
     task_ids = [t.strip() for t in args.task_ids.split(",") if t.strip()] if args.task_ids else None
+    args.split = args.split or bench.default_split
     tasks = bench.tasks(args.split, task_ids, args.limit)
     jobs = [(task, trial) for trial in range(args.trials) for task in tasks]
     agent_kind = args.agent or ("llm" if (args.agent_model or args.agent_base_url) else None)
@@ -181,8 +182,8 @@ def run_command(args: argparse.Namespace) -> dict[str, Any]:
 
 def tasks_command(args: argparse.Namespace) -> list[str] | None:
     """``agentspec tasks``: the split's task ids, one per line, or (``--json``) one JSON list as the last line."""
-    bench = bench_class(args.bench).from_data_dir(args.data_dir)
-    ids = [task.id for task in bench.tasks(args.split)]
+    bench = open_bench(args.bench, args.data_dir)
+    ids = [task.id for task in bench.tasks(args.split or bench.default_split)]
     if args.json:
         return ids
     for task_id in ids:

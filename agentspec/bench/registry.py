@@ -10,10 +10,16 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from agentspec.bench.protocol import Bench
 from agentspec.data import DataSpec
 from agentspec.errors import ConfigError
 
-BENCHES: dict[str, str] = {"tau2-telecom": "envs.tau2_telecom.bench:TelecomBench"}
+BENCHES: dict[str, str] = {
+    "tau2-telecom": "envs.tau2_telecom.bench:TelecomBench",
+    "workspace-demo": "envs.workspace.bench:WorkspaceBench",
+}
+TAU2_DOMAINS = frozenset({"tau2-telecom"})
+"""Benches that are tau2 domains: :class:`~agentspec.bench.tau2.harness.Tau2Bench` wraps them."""
 DATA: dict[str, str] = {"tau2-telecom": "envs.tau2_telecom.dataset:TAU2_DATA"}
 MACROS: dict[str, str] = {"tau2-telecom": "macros/tau2-telecom.json"}
 """Each bench's shipped macro library, relative to the repository root (``--mode smc`` loads it by default)."""
@@ -28,9 +34,21 @@ def _load(table: dict[str, str], name: str, what: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def bench_class(name: str) -> Any:
-    """The bench class registered under ``name`` (e.g. ``tau2-telecom``)."""
-    return _load(BENCHES, name, "bench")
+def open_bench(name: str, data_dir: str | Path | None = None, *, backend: str | None = None, max_steps: int = 200,
+               max_errors: int = 10) -> Bench[Any]:
+    """The bench registered under ``name``, with its data from ``data_dir`` (or where the bench looks by default).
+
+    ``backend`` picks the environment backend of a bench that offers several (``overlay``, ``copy``,
+    ``docker``); ``max_steps`` and ``max_errors`` bound tau2's own episode loop.
+    """
+    cls = _load(BENCHES, name, "bench")
+    if name in TAU2_DOMAINS:
+        if backend is not None:
+            raise ConfigError(f"{name} runs in-process: --backend does not apply")
+        from agentspec.bench.tau2.harness import Tau2Bench
+
+        return Tau2Bench(cls.from_data_dir(data_dir), max_steps=max_steps, max_errors=max_errors)
+    return cls.from_data_dir(data_dir, **({"backend": backend} if backend else {}))
 
 
 def data_spec(name: str) -> DataSpec:

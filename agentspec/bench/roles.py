@@ -18,7 +18,6 @@ child server::
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
@@ -27,27 +26,18 @@ from typing import Any
 
 from agentspec.errors import ModelRequestError, ModelUnavailable
 from agentspec.models import ModelClient, ModelConfig
+from agentspec.models.cassette import Cassette
 from agentspec.models.registry import MODELS
+from agentspec.run_spec import role_given, role_prefix
 
-__all__ = ["RolePlan", "open_clients", "plan_roles", "preflight", "role_given"]
+__all__ = ["RolePlan", "open_clients", "plan_roles", "preflight", "role_given", "role_model"]
 
 EMBEDDED_TIMEOUT_S = 3600
 """CPU generation is slow: a long timeout, and no retry that would redo a long generation."""
 
 
-def _prefix(role: str) -> str:
-    return "AGENTSPEC_" + role.upper().replace("-", "_") + "_"
-
-
-def _flag(args: argparse.Namespace, role: str, what: str) -> str | None:
+def _flag(args: Any, role: str, what: str) -> str | None:
     return getattr(args, f"{role}_{what}", None)
-
-
-def role_given(args: argparse.Namespace, role: str, env: Mapping[str, str] = os.environ) -> bool:
-    """Whether the user named a model for ``role`` (a flag or an ``AGENTSPEC_<ROLE>_*`` variable)."""
-    prefix = _prefix(role)
-    return bool(_flag(args, role, "model") or _flag(args, role, "base_url") or env.get(prefix + "MODEL")
-                or env.get(prefix + "BASE_URL"))
 
 
 @dataclass(frozen=True)
@@ -64,13 +54,13 @@ class RolePlan:
         return list(dict.fromkeys(self.embedded.values()))
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+def _overrides(args: Any) -> dict[str, Any]:
     temperature = getattr(args, "temperature", None)
     return {"temperature": temperature} if temperature is not None else {}
 
 
 def plan_roles(
-    args: argparse.Namespace, roles: Mapping[str, str | None], env: Mapping[str, str] = os.environ
+    args: Any, roles: Mapping[str, str | None], env: Mapping[str, str] = os.environ
 ) -> RolePlan:
     """Resolve ``roles`` (role -> the local model it gets when nothing is named, or None to leave it out).
 
@@ -84,7 +74,7 @@ def plan_roles(
             if default is not None:
                 embedded[role] = default
             continue
-        prefix = _prefix(role)
+        prefix = role_prefix(role)
         spec = _flag(args, role, "model") or env.get(prefix + "MODEL")
         has_endpoint = _flag(args, role, "base_url") or env.get(prefix + "BASE_URL") or env.get("OPENAI_BASE_URL")
         if spec in MODELS and not has_endpoint:
@@ -108,8 +98,32 @@ async def preflight(client: ModelClient) -> None:
         raise ModelUnavailable(f"model endpoint {client.config.base_url} is not answering: {exc}") from exc
 
 
-async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, plan: RolePlan) -> dict[str, ModelClient]:
-    """A checked client per planned role; starts one embedded server (closed with ``stack``) when any role needs it."""
+REPLAY_URL = "http://replay.invalid/v1"
+"""Where a replayed role's client points: it never sends a request (its answers come from the recording)."""
+
+
+def role_model(plan: RolePlan, role: str) -> str:
+    """The model ``role`` uses, as the run names it: a local model's name, else the endpoint's model or URL
+    (what a recording is keyed by, so a replay of the same flags finds it)."""
+    if role in plan.embedded:
+        return plan.embedded[role]
+    config = plan.endpoints[role]
+    return config.model or config.base_url
+
+
+async def open_clients(stack: AsyncExitStack, args: Any, plan: RolePlan,
+                       cassette: Cassette | None = None) -> dict[str, ModelClient]:
+    """A checked client per planned role; starts one embedded server (closed with ``stack``) when any role needs it.
+
+    With a ``cassette``, every client records its completions to it, or (replaying) answers from it: then no
+    server starts and no endpoint is asked anything."""
+    if cassette is not None and cassette.mode == "replay":
+        clients: dict[str, ModelClient] = {}
+        for role in [*plan.endpoints, *plan.embedded]:
+            name = role_model(plan, role)
+            config = plan.endpoints.get(role) or ModelConfig(base_url=REPLAY_URL, model=name, **_overrides(args))
+            clients[role] = await stack.enter_async_context(ModelClient(config, tape=cassette.for_model(name)))
+        return clients
     configs = dict(plan.endpoints)
     if plan.embedded:
         # Looked up at call time: tests serve a tiny model by replacing embedded_server / DEFAULT_MODELS.
@@ -119,8 +133,9 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, plan: Ro
         for role, name in plan.embedded.items():
             configs[role] = ModelConfig(base_url=served.base_url, model=served.model_ids[name],
                                         timeout_s=EMBEDDED_TIMEOUT_S, max_retries=0, **_overrides(args))
-    clients: dict[str, ModelClient] = {}
+    clients = {}
     for role, config in configs.items():
-        clients[role] = await stack.enter_async_context(ModelClient(config))
+        tape = cassette.for_model(role_model(plan, role)) if cassette is not None else None
+        clients[role] = await stack.enter_async_context(ModelClient(config, tape=tape))
         await preflight(clients[role])
     return clients

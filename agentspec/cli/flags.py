@@ -21,13 +21,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from agentspec.errors import ConfigError
+from agentspec.runtime.modes import NOISY, noisy_oracle_p
 
 __all__ = ["NOISY", "POSITIVE", "PROBABILITY", "TEMPERATURE", "add_data_dir", "add_role_flags", "noisy_oracle_p",
            "number"]
 
-NOISY = "noisy-oracle:"
-"""Prefix of ``--speculator-model noisy-oracle:P`` (run and mine): a simulated speculator, see :func:`noisy_oracle_p`."""
 
 
 def _bounds(**limits: float | None) -> str:
@@ -79,22 +77,3 @@ def add_role_flags(parser: Any, role: str, whose: str, *, also: str = "") -> Non
 def add_data_dir(parser: argparse.ArgumentParser) -> None:
     """``--data-dir``: where a command finds the benchmark's data."""
     parser.add_argument("--data-dir", help="benchmark data folder (default: $AGENTSPEC_TAU2_DATA or the user cache)")
-
-
-def noisy_oracle_p(spec: str | None) -> float | None:
-    """P of a ``--speculator-model noisy-oracle:P`` value, or None when ``spec`` names no noisy oracle.
-
-    Read by the handlers of ``run`` and ``mine`` (not at parse time: ``spec`` may as well be a model endpoint).
-
-        >>> noisy_oracle_p("noisy-oracle:0.8"), noisy_oracle_p("http://127.0.0.1:8000/v1")
-        (0.8, None)
-    """
-    if not spec or not spec.startswith(NOISY):
-        return None
-    try:
-        p = float(spec[len(NOISY):])
-    except ValueError as exc:
-        raise ConfigError(f"--speculator-model {spec}: P must be a number in [0, 1]") from exc
-    if not 0.0 <= p <= 1.0:
-        raise ConfigError(f"--speculator-model {spec}: P must be in [0, 1]")
-    return p

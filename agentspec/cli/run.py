@@ -1,7 +1,8 @@
-"""``agentspec run``: run a benchmark and score it (handler: :func:`agentspec.bench.commands.run_command`)."""
+"""``agentspec run``: run a benchmark and score it (handler: :func:`run_command`)."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from agentspec.cli.flags import POSITIVE, PROBABILITY, TEMPERATURE, add_data_dir, add_role_flags, number
@@ -11,12 +12,12 @@ def add_parser(sub: Any) -> None:
     """Register ``run`` with its speculative-execution flags."""
     run = sub.add_parser("run", help="run a benchmark and score it")
     run.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
-    run.add_argument("--split", default="base", help="task split (base, small, train, test, full)")
+    run.add_argument("--split", help="task split (tau2: base (default), small, train, test, full; workspace-demo: all, small)")
     run.add_argument("--task-ids", help="comma-separated task ids (overrides --split)")
     run.add_argument("--limit", type=POSITIVE, help="run at most N tasks")
     run.add_argument("--trials", type=POSITIVE, default=1, help="episodes per task, for pass^k")
     run.add_argument("--concurrency", type=POSITIVE, default=1, help="episodes in parallel")
-    run.add_argument("--agent", choices=["llm", "oracle"], default=None, help="oracle replays gold actions (solo)")
+    run.add_argument("--agent", choices=["llm", "oracle"], default=None, help="oracle replays the task's gold calls")
     add_role_flags(run, "agent", "the agent's model")
     add_role_flags(run, "user", "the user simulator's model")
     run.add_argument("--solo", action="store_true", help="no user simulator: the agent works the ticket alone")
@@ -27,8 +28,11 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     run.add_argument("--report", action="store_true", help="write OUT/report.html (agentspec report) at the end; needs --out")
     add_data_dir(run)
-    spec = run.add_argument_group("speculative execution (solo mode)")
-    spec.add_argument("--mode", help="sequential, sa, smc, spork or X+spork; a comma list (sequential,sa,smc) runs each in one go")
+    run.add_argument("--backend", choices=["overlay", "copy", "docker"],
+                     help="environment backend, for a bench that offers several (workspace-demo: overlay by default)")
+    spec = run.add_argument_group("speculative execution (normal or --solo)")
+    spec.add_argument("--mode", help="sequential, sa, smc, spork or X+spork; a comma list (sequential,sa,smc) runs each "
+                      "in one go; without it, tau2 benches run tau2's own loop and others --mode sequential")
     add_role_flags(spec, "speculator", "the speculator's model", also="noisy-oracle:P (with --agent oracle)")
     spec.add_argument("--macros", help="macro library JSON for smc (default: the bench's shipped library, "
                                        "e.g. macros/tau2-telecom.json)")
@@ -39,6 +43,10 @@ def add_parser(sub: Any) -> None:
     spec.add_argument("--macros-out", help="save the macro library with its online-updated n, k, lcb here")
     spec.add_argument("--seed", type=number(int, ge=0), default=0, help="seeds noisy oracles and simulated probes")
     spec.add_argument("--resume", action="store_true", help="continue the run logged in --out without re-applying effects")
+    spec.add_argument("--record", metavar="DIR", help="store every model response in DIR/responses.jsonl (the speculator "
+                      "fills its chain before each authority decision, so any replay finds its answers)")
+    spec.add_argument("--replay", metavar="DIR", help="answer every model request from DIR (recorded with --record): no "
+                      "model runs; with --latency-model the run takes the virtual clock")
     spec.add_argument("--baseline", help="an earlier run's results.json (or its folder): report this run's ratios against it")
     spec.add_argument("--gate", type=PROBABILITY, default=0.90, help="SPORK: dispatch a probed call at confidence >= gate")
     spec.add_argument("--probe-every", type=POSITIVE, default=16, help="SPORK: probe again every N authority tokens")
@@ -52,4 +60,22 @@ def add_parser(sub: Any) -> None:
                       help="SPORK: the call opening a probe forces: fenced json (Qwen coder models) or "
                            "'</think>\\n\\n<tool_call>' (Qwen3-style hermes models)")
     spec.add_argument("--timeline", help="write a PNG timeline of the first task's episode (last mode) here")
-    run.set_defaults(handler="agentspec.bench.commands:run_command")
+    run.set_defaults(handler="agentspec.cli.run:run_command")
+
+
+def run_command(args: argparse.Namespace) -> dict[str, Any]:
+    """Run through the executor with ``--mode`` (or a bench that has no loop of its own), else tau2's loop."""
+    from agentspec.errors import ConfigError
+
+    if args.report and not args.out:
+        raise ConfigError("--report needs --out DIR: the report is written to DIR/report.html")
+    from agentspec.bench.registry import TAU2_DOMAINS
+
+    if args.mode or args.bench not in TAU2_DOMAINS:
+        from agentspec.cli.run_modes import speculative_run_command
+
+        args.mode = args.mode or "sequential"
+        return speculative_run_command(args)
+    from agentspec.bench.commands import plain_run_command
+
+    return plain_run_command(args)

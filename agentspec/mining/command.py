@@ -30,9 +30,11 @@ from typing import Any
 import anyio
 
 from agentspec.user_files import out_dir
-from agentspec.bench.registry import bench_class
+from agentspec.assembly import model_policy
+from agentspec.bench.registry import open_bench
 from agentspec.bench.roles import open_clients, plan_roles
-from agentspec.cli.flags import noisy_oracle_p
+from agentspec.runtime.modes import noisy_oracle_p
+from agentspec.run_spec import RunSpec
 from agentspec.cli.mine import DEFAULT_TEMPERATURE
 from agentspec.errors import ConfigError
 from agentspec.macros import MacroLibrary
@@ -41,8 +43,7 @@ from agentspec.mining.filter import FilterConfig, select
 from agentspec.mining.labelling import ReplaySandboxes, SpeculatorFactory, label_candidates, sample_continuations, training_states
 from agentspec.mining.normalize import Normalizer, patterns_from_table
 from agentspec.mining.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_results
-from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, Policy
-from agentspec.snapshot import InProcessBackend
+from agentspec.runtime.policies import NoisyOracleSpeculator, Policy
 from agentspec.types import canonical_json
 
 
@@ -92,8 +93,7 @@ def _trajectories(args: argparse.Namespace, bench: Any) -> tuple[list[MinedTraje
 async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedTrajectory], states: list[tuple[int, int]],
                  depth: int, noisy_p: float | None) -> dict[tuple[int, int], list[Any]]:
     async with AsyncExitStack() as stack:
-        sandboxes = await stack.enter_async_context(
-            ReplaySandboxes(lambda t: InProcessBackend(bench.environment(bench.task(t.task_id), solo=True))))
+        sandboxes = await stack.enter_async_context(ReplaySandboxes(lambda t: bench.open_backend(bench.task(t.task_id), solo=True)))
         if noisy_p is not None:
             distractors = bench.distractors()
 
@@ -103,19 +103,25 @@ async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedT
                                              seed=args.seed * 1_000_003 + sample)
         else:
             # _check made sure a model was named; a local model name is served for the run.
-            client = (await open_clients(stack, args, plan_roles(args, {"speculator": None})))["speculator"]
-            tools = bench.solo_tools()
-            temperature = DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
-            prompts: dict[str, str] = {}
+            spec = mine_spec(args)
+            client = (await open_clients(stack, spec, plan_roles(spec, {"speculator": None})))["speculator"]
 
             def speculator(trajectory: MinedTrajectory, sample: int) -> Policy:
-                if trajectory.task_id not in prompts:
-                    prompts[trajectory.task_id] = bench.agent_prompt(bench.task(trajectory.task_id), solo=True)
-                return LLMPolicy(client, prompts[trajectory.task_id], tools, temperature=temperature, queue_extra_calls=False)
+                task = bench.task(trajectory.task_id)
+                return model_policy(spec, client, bench.system_prompt(task, solo=True), bench.tools(task, solo=True),
+                                    solo=True, role="speculator")
 
         factory: SpeculatorFactory = speculator
         return await sample_continuations(trajectories, states, factory, samples=args.samples, depth=depth,
                                           sandboxes=sandboxes, concurrency=args.concurrency)
+
+
+def mine_spec(args: argparse.Namespace) -> RunSpec:
+    """The labelling run as a :class:`RunSpec`: the speculator's model, sampled at the mining temperature."""
+    temperature = DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
+    return RunSpec.of(bench=args.bench, data_dir=args.data_dir, split=args.split, solo=True, agent="oracle",
+                      speculator_model=args.speculator_model, speculator_base_url=args.speculator_base_url,
+                      temperature=temperature, seed=args.seed)
 
 
 def data_digest(trajectories: list[MinedTrajectory]) -> str:
@@ -131,11 +137,11 @@ def mine_command(args: argparse.Namespace) -> dict[str, Any]:
     """Run the whole pipeline and write the library; returns the summary printed as the last JSON line."""
     config = _check(args)
     noisy_p = noisy_oracle_p(args.speculator_model)
-    bench = bench_class(args.bench).from_data_dir(args.data_dir)
+    bench = open_bench(args.bench, args.data_dir)
     trajectories, counts, sources = _trajectories(args, bench)
     _progress(args, f"{counts['used']} trajectories ({counts['gold']} gold, {counts['runs']} from runs)")
 
-    table = bench.value_patterns() if hasattr(bench, "value_patterns") else []
+    table = bench.value_patterns()
     normalizer = Normalizer(patterns_from_table(table))
     graph = transition_graph(trajectories, normalizer)
     candidates = enumerate_candidates(trajectories, normalizer, graph, min_length=args.min_length, max_length=args.max_length)

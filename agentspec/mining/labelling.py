@@ -34,7 +34,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -56,8 +56,9 @@ SpeculatorFactory = Callable[[MinedTrajectory, int], Policy]
 """Makes the speculator for one (trajectory, sample number)."""
 SandboxFactory = Callable[[MinedTrajectory, int], AbstractAsyncContextManager[DraftRunner]]
 """Opens a runner for drafts from the state after step ``anchor`` of a trajectory (closed after the sample)."""
-BackendFactory = Callable[[MinedTrajectory], SnapshotBackend]
-"""A fresh live backend in the initial state of a trajectory's task."""
+BackendFactory = Callable[[MinedTrajectory], AbstractAsyncContextManager[SnapshotBackend] | SnapshotBackend]
+"""A fresh live backend in the initial state of a trajectory's task: a context manager that opens and closes one
+(a bench's ``open_backend``, or a backend that is its own), or a bare backend (closed with ``close()`` if it has one)."""
 
 
 @dataclass
@@ -86,13 +87,14 @@ class ReplaySandboxes:
         self.make_backend = make_backend
         self._replays: dict[int, tuple[MinedTrajectory, SnapshotBackend, list[Snapshot]]] = {}
         self._locks: dict[int, anyio.Lock] = {}
+        self._backends = AsyncExitStack()
 
     async def _snapshots(self, trajectory: MinedTrajectory) -> tuple[SnapshotBackend, list[Snapshot]]:
         # Samples of one trajectory run concurrently: the first replays it, the others wait for its snapshots.
         async with self._locks.setdefault(id(trajectory), anyio.Lock()):
             cached = self._replays.get(id(trajectory))
             if cached is None or cached[0] is not trajectory:
-                backend = self.make_backend(trajectory)
+                backend = await self._open(trajectory)
                 snapshots = []
                 for call in trajectory.calls:
                     await backend.execute(call)
@@ -116,16 +118,24 @@ class ReplaySandboxes:
             with anyio.CancelScope(shield=True):
                 await backend.discard(sandbox)
 
+    async def _open(self, trajectory: MinedTrajectory) -> SnapshotBackend:
+        made = self.make_backend(trajectory)
+        if hasattr(made, "__aenter__"):
+            return await self._backends.enter_async_context(made)
+        backend: SnapshotBackend = made  # a bare backend (the protocol asks for no context manager): close it at the end
+        if hasattr(backend, "close"):
+            self._backends.push_async_callback(backend.close)
+        return backend
+
     def __call__(self, trajectory: MinedTrajectory, anchor: int) -> AbstractAsyncContextManager[DraftRunner]:
         """A draft runner in a fresh fork of the state after step ``anchor``, discarded on exit."""
         return self._fork(trajectory, anchor)
 
     async def aclose(self) -> None:
         """Close every backend a replay opened."""
-        replays, self._replays = self._replays, {}
+        self._replays = {}
         with anyio.CancelScope(shield=True):
-            for _, backend, _ in replays.values():
-                await backend.close()
+            await self._backends.aclose()
 
     async def __aenter__(self) -> ReplaySandboxes:
         return self

@@ -39,6 +39,7 @@ from agentspec.errors import (
     ModelTimeout,
     ModelUnavailable,
 )
+from agentspec.models.cassette import ModelTape
 from agentspec.models.config import ModelConfig
 from agentspec.models.parsing import StreamAssembler, parse_completion, to_openai_messages
 from agentspec.models.result import ChatResult, StreamEvent, TextDelta, ToolCallDelta
@@ -60,8 +61,10 @@ class ModelClient:
     other 4xx answers, :class:`ModelOutputError` for unusable answers.
     """
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, *, tape: ModelTape | None = None) -> None:
+        """``tape``: record every completion to it, or (a replaying tape) answer from it without any request."""
         self.config = config
+        self.tape = tape
         self._sdk = openai.AsyncOpenAI(
             base_url=config.base_url, api_key=config.api_key, max_retries=0, timeout=config.timeout_s
         )
@@ -108,7 +111,12 @@ class ModelClient:
             messages, tools, tool_choice, max_tokens, temperature, stop, seed, logprobs, top_logprobs, extra_body
         )
         started = time.perf_counter()
-        data = await self._retrying(lambda: self._complete(body))
+        if self.tape is not None and (self.tape.replaying or self.tape.has(body)):
+            data = self.tape.lookup(body)
+        else:
+            data = await self._retrying(lambda: self._complete(body))
+            if self.tape is not None:
+                self.tape.store(body, data)
         return parse_completion(
             data, text_tool_calls=self._text_tools(tools), latency_s=time.perf_counter() - started
         )
@@ -150,6 +158,8 @@ class ModelClient:
         exactly one.
         """
         async with self._model_lock:
+            if not self._model and self.tape is not None and self.tape.replaying:
+                self._model = self.tape.model  # nothing to ask: the recording is keyed by the run's model name
             if not self._model:
                 self._model = _only_model(self.config.base_url, await self.list_models())
         return self._model
@@ -241,6 +251,8 @@ class ChatStream:
         self._pending: list[TextDelta | ToolCallDelta] = []
         self._started = 0.0
         self._done = False
+        self._body: dict[str, Any] | None = None
+        self._replayed: dict[str, Any] | None = None
 
     async def __aenter__(self) -> Self:
         await self._ensure_open()
@@ -275,11 +287,18 @@ class ChatStream:
                 await self._sdk_stream.close()
 
     async def _ensure_open(self) -> None:
-        if self._sdk_stream is None and not self._done:
-            body = await self._client._body(*self._args)
-            self._started = time.perf_counter()
-            self._sdk_stream = await self._client._retrying(lambda: self._client._open_stream(body))
-            self._chunks = self._sdk_stream.__aiter__()
+        if self._replayed is not None or self._sdk_stream is not None or self._done:
+            return
+        body = self._body = self._body or await self._client._body(*self._args)
+        tape = self._client.tape
+        if tape is not None and (tape.replaying or tape.has(body)):
+            self._replayed = tape.lookup(body)
+            content = (self._replayed.get("choices") or [{}])[0].get("message", {}).get("content")
+            self._pending = [TextDelta(text=content)] if content else []
+            return
+        self._started = time.perf_counter()
+        self._sdk_stream = await self._client._retrying(lambda: self._client._open_stream(body))
+        self._chunks = self._sdk_stream.__aiter__()
 
     async def _next_event(self) -> StreamEvent:
         await self._ensure_open()
@@ -293,6 +312,8 @@ class ChatStream:
         return self._pending.pop(0)
 
     async def _next_chunk(self) -> dict[str, Any] | None:
+        if self._replayed is not None:
+            return None
         assert self._chunks is not None
         try:
             with _translated(), anyio.fail_after(self._client.config.timeout_s):
@@ -302,8 +323,13 @@ class ChatStream:
 
     async def _finish(self) -> ChatResult:
         await self.aclose()
+        completion = self._replayed
+        if completion is None:
+            completion = self._assembler.completion()
+            if self._client.tape is not None and self._body is not None:
+                self._client.tape.store(self._body, completion)
         return parse_completion(
-            self._assembler.completion(),
+            completion,
             text_tool_calls=self._client._text_tools(self._args[1]),
             latency_s=time.perf_counter() - self._started,
         )

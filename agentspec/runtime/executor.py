@@ -32,15 +32,17 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 
 from agentspec.errors import AgentSpecError, ConfigError, SnapshotError
 from agentspec.macros import MacroLibrary
+from agentspec.runtime.conversation import SAY, User, conversation, say, turn_observation
 from agentspec.runtime.draft import Draft, Source
 from agentspec.runtime.latency import LatencyModel, estimate_tokens
 from agentspec.runtime.macro_commit import try_macro
+from agentspec.runtime.modes import BASE_MODES, BaseMode
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.policies import Decision, DraftedHistory, History, Policy
 from agentspec.runtime.probe import Prober
@@ -48,20 +50,6 @@ from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
 from agentspec.runtime.spork import Spork, SporkConfig
 from agentspec.snapshot import Checkpointable, SnapshotBackend
 from agentspec.types import Effect, Observation, Step, TerminationReason, ToolCall
-
-Mode = Literal["sequential", "sa", "smc"]
-MODES: tuple[Mode, ...] = ("sequential", "sa", "smc")
-
-
-def parse_mode(text: str) -> tuple[Mode, bool]:
-    """``"smc+spork"`` -> ("smc", True); ``"spork"`` -> ("sequential", True)."""
-    parts = [p for p in text.split("+") if p]
-    spork = "spork" in parts
-    rest = [p for p in parts if p != "spork"]
-    if len(rest) > 1 or (rest and rest[0] not in MODES) or not parts:
-        raise ConfigError(f"unknown mode {text!r}; choose sequential, sa, smc, spork, or X+spork")
-    return (rest[0] if rest else "sequential"), spork  # type: ignore[return-value]
-
 
 CommittedStep = Step  # the executor commits agentspec Steps
 
@@ -79,19 +67,22 @@ class ExecutionResult:
 
 @dataclass
 class ExecutorConfig:
-    mode: Mode = "sequential"
+    mode: BaseMode = "sequential"
     depth: int = 4
     l_min: int = 1
     max_calls: int = 100
     max_errors: int = 10
     seed: int = 0
+    speculate_first: bool = False
+    """Let the speculator fill its chain (or end it) before each authority decision.  A recording run does this,
+    so that it asks the speculator every context a replay on any clock can ask (greedy models: the same answers)."""
     verify_macros: bool = False
     """After a macro commit, ask the authority what it would have done at each skipped step and
     update the macro's n, k (online reliability; a macro whose bound falls below tau stops firing)."""
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.mode not in BASE_MODES:
+            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(BASE_MODES)}")
         if self.depth < 1 or self.l_min < 1:
             raise ConfigError("depth and l_min must be >= 1")
 
@@ -138,11 +129,14 @@ class ExecutionLoop:
         task_id: str = "task",
         prober: Prober | None = None,
         spork: SporkConfig | None = None,
+        user: User | None = None,
     ) -> None:
         self.config = config or ExecutorConfig()
         if self.config.mode != "sequential" and speculator is None:
             raise ConfigError(f"mode {self.config.mode} needs a speculator")
         self.backend, self.authority, self.speculator = backend, authority, speculator
+        self.user = user
+        self._user_ended: TerminationReason | None = None
         self.macros, self.latency, self.log, self.task_id = macros, latency, log, task_id
         self.steps: list[Step] = []
         self.metrics = ExecutionMetrics()
@@ -151,6 +145,8 @@ class ExecutionLoop:
         self._chain_end = False
         self._epoch = 0
         self._wake = anyio.Event()
+        self._drafted = anyio.Event()
+        """Set whenever a draft finishes or the chain ends (see :meth:`_chain_settled`)."""
         self._spec_scope: anyio.CancelScope | None = None
         self._live_gate: anyio.Event | None = None
         self._rng = random.Random(self.config.seed)
@@ -187,9 +183,11 @@ class ExecutionLoop:
         note = None
         async with anyio.create_task_group() as group:
             self._group = group
+            if self.user is not None and not self.steps:
+                await self._execute_live(say(self.user.opening, "opening"))  # the agent's first words are fixed
             if self.config.mode != "sequential":
                 group.start_soon(self._speculate)
-            while True:
+            while self._user_ended is None:
                 if len(self.steps) >= self.config.max_calls:
                     termination = TerminationReason.MAX_STEPS
                     break
@@ -207,6 +205,8 @@ class ExecutionLoop:
                 if self._errors >= self.config.max_errors:
                     termination = TerminationReason.TOO_MANY_ERRORS
                     break
+            else:
+                termination = self._user_ended
             group.cancel_scope.cancel()
         return termination, note
 
@@ -247,6 +247,8 @@ class ExecutionLoop:
         return at - self._t0
 
     async def _ask_authority(self) -> Decision:
+        if self.config.speculate_first and self.config.mode != "sequential":
+            await self._chain_settled()
         started = anyio.current_time()
         if self.spork is not None and self._group is not None:
             decision = await self.spork.decide(self.authority, self._history(), self._group)
@@ -314,7 +316,7 @@ class ExecutionLoop:
 
     def _reuse_read_only(self, call: ToolCall) -> bool:
         """Serve a read-only call from a finished draft whose fork state still equals live state."""
-        if self.backend.effect(call.name) is not Effect.READ_ONLY:
+        if self.effect(call.name) is not Effect.READ_ONLY:
             return False
         for draft in self._chain:
             if not draft.done.is_set() or draft.sandbox is None or draft.observation is None:
@@ -331,14 +333,17 @@ class ExecutionLoop:
 
     async def _execute_live(self, call: ToolCall) -> None:
         gate = None
-        if self.backend.effect(call.name) is not Effect.READ_ONLY:
+        if self.effect(call.name) is not Effect.READ_ONLY:
             # Speculation restarts from the state *after* this call: hold it until the call is done.
             gate = self._live_gate = anyio.Event()
             await self._reset_chain(count_waste=True)
         try:
             (eid,) = self._intents([call], "authority")
             started = anyio.current_time()
-            observation = await self.run_tool(lambda c: self.backend.execute(c), call, "tool")
+            if call.name == SAY and self.user is not None:
+                observation = await self._user_turn(call)
+            else:
+                observation = await self.run_tool(lambda c: self.backend.execute(c), call, "tool")
             self.metrics.tool_wait_s += anyio.current_time() - started
             self.metrics.live_executions += 1
             self._finish_commit([(call, observation, eid)], "authority")
@@ -346,6 +351,22 @@ class ExecutionLoop:
             if gate is not None:
                 self._live_gate = None
                 gate.set()
+
+    def effect(self, name: str) -> Effect:
+        """A call's effect; a message to the user is ``external`` (never run in a fork, nothing drafted after it)."""
+        return Effect.EXTERNAL if name == SAY else self.backend.effect(name)
+
+    async def _user_turn(self, call: ToolCall) -> Observation:
+        """Deliver the agent's message and play the user's turn on live state (its calls, then its reply)."""
+        assert self.user is not None
+        started = anyio.current_time()
+        said = conversation([*self._history(), (call, None)])
+        turn = await self.user.reply(said, lambda c: self.run_tool(lambda u: self.backend.execute(u, "user"), c, "user-tool"))
+        self.timeline.add("user", started - self._t0, anyio.current_time() - self._t0, "reply")
+        if turn.stop or turn.error:
+            self._user_ended = TerminationReason.USER_ERROR if turn.error else TerminationReason.USER_STOP
+        self._errors += sum(int(m.error) for m in turn.messages if m.role == "tool")
+        return turn_observation(call, turn)
 
     # ------------------------------------------------------------------ commits
 
@@ -394,6 +415,15 @@ class ExecutionLoop:
 
     # ------------------------------------------------------------------ speculation
 
+    async def _chain_settled(self) -> None:
+        """Wait until the chain is ``depth`` deep or ended, with every draft's tool done."""
+        while True:
+            self._drafted = anyio.Event()
+            full = self._chain_end or len(self._chain) >= self.config.depth
+            if full and all(d.done.is_set() for d in self._chain):
+                return
+            await self._drafted.wait()
+
     async def _speculate(self) -> None:
         """Keep the draft chain ``depth`` deep; restart whenever the chain is reset."""
         while True:
@@ -408,6 +438,12 @@ class ExecutionLoop:
             self._wake = anyio.Event()
 
     async def _extend(self, epoch: int) -> None:
+        try:
+            await self._draft_next(epoch)
+        finally:
+            self._drafted.set()
+
+    async def _draft_next(self, epoch: int) -> None:
         assert self.speculator is not None
         if self._live_gate is not None:
             await self._live_gate.wait()
@@ -425,7 +461,7 @@ class ExecutionLoop:
         if decision.call is None:
             self._chain_end = True
             return
-        draft = Draft(decision.call, self.backend.effect(decision.call.name), tokens=decision.output_tokens or estimate_tokens(decision.call.canonical()))
+        draft = Draft(decision.call, self.effect(decision.call.name), tokens=decision.output_tokens or estimate_tokens(decision.call.canonical()))
         self._chain.append(draft)
         if not draft.executable:
             self._chain_end = True  # never run an external effect speculatively, nor anything after it
@@ -467,3 +503,4 @@ class ExecutionLoop:
                     await self.backend.discard(draft.sandbox)
                 draft.done.set()
         self._wake.set()
+        self._drafted.set()

@@ -58,6 +58,8 @@ class ExecutionMetrics:
     """[d-1]: speculator drafts standing at chain depth d when the authority decided a step."""
     hits_by_depth: list[int] = field(default_factory=list)
     """[d-1]: of those, the drafts equal to the call committed d-1 steps later (the speculator's hit rate by depth)."""
+    name_hits_by_depth: list[int] = field(default_factory=list)
+    """[d-1]: of those, the drafts naming the same tool as the call committed d-1 steps later."""
 
     def score_predictions(self, standing: Sequence[tuple[int, Sequence[Any]]], committed: Sequence[Any]) -> None:
         """Count each standing chain ``(step it was standing at, drafted calls)`` against the committed calls."""
@@ -68,7 +70,9 @@ class ExecutionMetrics:
                     break
                 _bump(self.predictions_by_depth, depth)
                 _grow(self.hits_by_depth, depth)
+                _grow(self.name_hits_by_depth, depth)
                 self.hits_by_depth[depth - 1] += int(committed[step] == call)
+                self.name_hits_by_depth[depth - 1] += int(committed[step].name == call.name)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,10 +119,12 @@ def aggregate(per_task: Sequence[ExecutionMetrics]) -> dict[str, Any]:
             out[f"mean_{name}"] = round(statistics.fmean(values), 4)
         else:
             out[name] = sum(values)
-    out["speculator_hit_rate_by_depth"] = [
-        round(hit / made, 4) if made else None
-        for hit, made in zip(out["hits_by_depth"], out["predictions_by_depth"], strict=True)
-    ]
+    made = out["predictions_by_depth"]
+    for kind in ("", "name_"):
+        hits = out[f"{kind}hits_by_depth"] + [0] * (len(made) - len(out[f"{kind}hits_by_depth"]))  # older logs: none
+        rates = [round(hit / n, 4) if n else None for hit, n in zip(hits, made, strict=True)]
+        out[f"speculator_{kind}hit_rate_by_depth"] = rates
+        out[f"speculator_{kind}hit_rate"] = rates[0] if rates else None  # the next call, what SA confirms
     walls = [m.wall_s for m in per_task]
     out["p50_wall_s"] = round(percentile(walls, 0.5), 4)
     out["p95_wall_s"] = round(percentile(walls, 0.95), 4)

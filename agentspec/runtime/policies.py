@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from agentspec.errors import ModelOutputError
 from agentspec.models import ModelClient
 from agentspec.models.result import ChatResult, TextDelta
+from agentspec.runtime.conversation import SAY, say
 from agentspec.runtime.latency import estimate_tokens
 from agentspec.types import InvalidToolCall, Message, Observation, ToolCall, ToolSpec
 
@@ -115,9 +116,19 @@ class NoisyOracleSpeculator:
 
 
 def history_messages(system_prompt: str, history: History) -> list[Message]:
-    """The history as a chat: one assistant tool call and its result per step."""
+    """The history as a chat: one assistant tool call and its result per step (a message to the user and its
+    reply as two texts).
+
+    Each call is named by its step (``step_3``), not by the id it had: a step reads the same whether the authority
+    made it or a confirmed draft did, so a model sees (and a recording keys) the same prompt either way."""
     messages = [Message(role="system", content=system_prompt)]
-    for call, observation in history:
+    for step, (call, observation) in enumerate(history):
+        call = call.model_copy(update={"id": f"step_{step}"})
+        if call.name == SAY:  # normal mode: the agent's text, then the user's reply
+            messages.append(Message(role="assistant", content=str(call.arguments.get("content", ""))))
+            if observation is not None:
+                messages.append(Message(role="user", content=observation.content))
+            continue
         messages.append(Message(role="assistant", tool_calls=[call]))
         content = observation.content if observation else "(still running)"
         messages.append(Message(role="tool", content=content, tool_call_id=call.id))
@@ -141,6 +152,8 @@ class LLMPolicy:
     answer_prefix: str = ""
     """Text every answer starts with (``"<think>\n"``, ``"Thought:"``): sent as an unfinished assistant
     message the endpoint continues (``continue_final_message``), so the model reasons before it calls."""
+    conversation: bool = False
+    """Normal mode: a text answer is a message to the user (:data:`~agentspec.runtime.conversation.SAY`)."""
     _queued: list[ToolCall] = field(default_factory=list)
     """Further calls of a multi-call answer, made one per step before asking again."""
 
@@ -194,6 +207,8 @@ class LLMPolicy:
         if not calls:
             if result.invalid_tool_calls:
                 return Decision(call=None, invalid=result.invalid_tool_calls[0], **tokens)
+            if self.conversation and result.message.content:
+                return Decision(call=say(result.message.content), **tokens)
             return Decision(call=None, text=result.message.content or "", **tokens)
         if calls[0].name == self.done_tool:
             return Decision(call=None, final=calls[0].arguments, **tokens)

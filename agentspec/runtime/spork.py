@@ -66,6 +66,10 @@ class SporkHost(Protocol):
     """What SPORK needs of the executor loop: its live state, its books, and four operations."""
 
     backend: SnapshotBackend
+
+    def effect(self, name: str) -> Effect:
+        """A call's effect as the executor sees it."""
+        ...
     metrics: ExecutionMetrics
     timeline: Timeline
 
@@ -164,7 +168,7 @@ class Spork:
         if result.confidence < self.config.gate_for(call.name):
             self.metrics.gated_out += 1
             return False
-        if self.loop.backend.effect(call.name) is Effect.EXTERNAL:
+        if self.loop.effect(call.name) is Effect.EXTERNAL:
             return False  # never speculated
         head = self.loop.chain_head()
         if head is not None and head.call == call:
@@ -172,7 +176,7 @@ class Spork:
         return self.cost.should_dispatch(call.name)
 
     def _dispatch(self, call: ToolCall, group: anyio.abc.TaskGroup) -> None:
-        draft = Draft(call, self.loop.backend.effect(call.name))
+        draft = Draft(call, self.loop.effect(call.name))
         self.dispatched = draft
         self.metrics.early_dispatches += 1
         draft.scope = anyio.CancelScope()

@@ -20,9 +20,10 @@ from agentspec.errors import ConfigError
 
 LANES = ["authority", "probe", "speculator", "speculator-tool", "tool", "commit"]
 LANE_NAMES = {"authority": "authority", "probe": "SPORK probe", "speculator": "speculator",
-              "speculator-tool": "speculator tool", "tool": "live tool", "commit": "commit"}
+              "speculator-tool": "speculator tool", "tool": "live tool", "user": "user's turn",
+              "user-tool": "user's tool", "commit": "commit"}
 COLOURS = {"authority": "#4c72b0", "probe": "#64b5cd", "speculator": "#dd8452", "speculator-tool": "#f2b880",
-           "tool": "#55a868"}
+           "tool": "#55a868", "user": "#a1c9a0", "user-tool": "#7fb37d"}
 COMMIT_STYLES = {  # kind -> (colour, marker, legend text)
     "sa": ("#c44e52", "v", "commit: speculative action (SA)"),
     "macro": ("#8172b3", "D", "commit: macro step (SMC)"),

@@ -15,9 +15,10 @@ from typing import Literal
 
 from agentspec.bench.tau2.orchestrator import AGENT_STOP_TOKEN, DONE_TOOL
 from agentspec.models import ModelClient
+from agentspec.runtime import conversation
 from agentspec.types import Message, Requestor, ToolCall, ToolSpec
 
-HANDOVER = {"assistant": "Please go ahead on your phone.", "user": "Done, what next?"}
+HANDOVER = {"assistant": conversation.HANDOVER, "user": conversation.DONE_REPLY}
 
 
 @dataclass

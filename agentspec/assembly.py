@@ -1,0 +1,309 @@
+"""The one place where a run is put together: a :class:`~agentspec.run_spec.RunSpec` becomes running executors.
+
+    spec = RunSpec.of(bench="tau2-telecom", split="small", agent="oracle", modes="sequential,sa",
+                      speculator_model="noisy-oracle:0.8", latency_model="smc-paper")
+    outcome = run(spec)                       # every mode over the same tasks, side by side
+    outcome.modes["sa"].episodes[0].reward
+
+Layers, each usable alone:
+
+* :func:`build_loop` makes the :class:`~agentspec.runtime.executor.ExecutionLoop` for one task from a spec and
+  the parts (backend, policies, prober, user): the only place an executor is constructed;
+* :func:`episode_parts` chooses the parts from the spec and the bench (oracle or model authority, noisy or
+  model speculator, simulated latency, SPORK's prober, normal mode's user);
+* :func:`run_episode` plays and scores one task; :func:`run_mode` runs every task in one mode with a run log;
+  :func:`run_modes` opens the role clients once and runs each mode; :func:`run` does it all on the right clock.
+
+A bench only describes its domain (:class:`~agentspec.bench.protocol.Bench`); nothing here knows one bench
+from another.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agentspec.bench.episode import Episode, LoggedEpisode
+from agentspec.bench.protocol import Bench, solo_calls
+from agentspec.bench.registry import BENCHES, open_bench, shipped_macros
+from agentspec.bench.roles import open_clients, plan_roles
+from agentspec.bench.runner import run_jobs
+from agentspec.errors import AgentSpecError, ConfigError
+from agentspec.macros import MacroLibrary
+from agentspec.models import ModelClient
+from agentspec.models.cassette import Cassette, ReplayMiss
+from agentspec.run_spec import RunSpec
+from agentspec.runtime.conversation import User, scripted_turns, steps_trajectory
+from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
+from agentspec.runtime.latency import LatencyModel
+from agentspec.runtime.modes import Mode
+from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
+from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, LLMProber, Prober, SimulatedProber
+from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
+from agentspec.runtime.spork import SporkConfig
+from agentspec.snapshot import SnapshotBackend
+from agentspec.types import ToolCall, Trajectory
+
+Job = tuple[Any, int]
+"""A task and its trial number."""
+
+
+@dataclass
+class Parts:
+    """What one task's executor runs with, besides its environment."""
+
+    authority: Policy
+    speculator: Policy | None = None
+    prober: Prober | None = None
+    user: User | None = None
+
+
+@dataclass
+class ModeResult:
+    episodes: list[Episode | LoggedEpisode]
+    wall_s: float
+
+
+@dataclass
+class Outcome:
+    """A finished run: each mode's episodes (modes in the spec's order), the bench, its tasks and the macros."""
+
+    spec: RunSpec
+    bench: Bench[Any]
+    tasks: list[Any]
+    modes: dict[str, ModeResult] = field(default_factory=dict)
+    macros: MacroLibrary | None = None
+    macros_path: str | None = None
+    wall_s: float = 0.0
+    virtual_clock: bool = False
+    """Whether the run went on trio's virtual clock (simulated models, a latency model, an in-process bench)."""
+
+
+# --- one executor -----------------------------------------------------------------------
+
+
+def executor_config(spec: RunSpec, mode: Mode) -> ExecutorConfig:
+    return ExecutorConfig(mode=mode.base, depth=spec.depth, l_min=spec.l_min, seed=spec.seed, max_calls=spec.call_limit,
+                          max_errors=spec.max_errors, verify_macros=spec.verify_macros,
+                          speculate_first=spec.record is not None)
+
+
+def spork_config(spec: RunSpec) -> SporkConfig:
+    return SporkConfig(gate=spec.spork.gate, probe_every=spec.spork.probe_every, cost_model=spec.spork.cost_model)
+
+
+def build_loop(spec: RunSpec, mode: Mode, backend: SnapshotBackend, parts: Parts, *, macros: MacroLibrary | None = None,
+               log: RunLog | None = None, task_id: str = "task", spork: SporkConfig | None = None) -> ExecutionLoop:
+    """The executor for one task in ``mode`` (tools timed by the spec's latency model, if any); ``spork``
+    overrides the SPORK settings the spec gives (the Python API passes a whole :class:`SporkConfig`)."""
+    if mode.spork and parts.prober is None:
+        raise ConfigError(f"mode {mode.name} needs a prober (the authority must be a model endpoint or the oracle)")
+    return ExecutionLoop(backend, parts.authority, parts.speculator if mode.speculates else None,
+                         config=executor_config(spec, mode), macros=macros if mode.base == "smc" else None,
+                         latency=spec.latency, log=log, task_id=task_id, prober=parts.prober if mode.spork else None,
+                         spork=spork or spork_config(spec), user=parts.user)
+
+
+def load_macros(spec: RunSpec) -> tuple[str | None, MacroLibrary | None]:
+    """The library smc uses: ``spec.macros``, else the bench's shipped one when a mode is smc."""
+    uses = any(m.base == "smc" for m in spec.modes)
+    path = spec.macros or (str(shipped_macros(spec.bench)) if uses and spec.bench in BENCHES else None)
+    return path, (MacroLibrary.load(path) if path else None)
+
+
+# --- one episode's parts ------------------------------------------------------------------
+
+
+def _oracle_gold(bench: Bench[Any], task: Any, solo: bool) -> list[ToolCall]:
+    actions = bench.gold_actions(task)
+    if not actions:
+        raise ConfigError(f"bench {bench.name} has no gold calls for task {task.id!r}: the oracle agent cannot play it")
+    return solo_calls(actions) if solo else scripted_turns(actions)[0]
+
+
+def model_policy(spec: RunSpec, client: ModelClient, prompt: str, tools: list, *, solo: bool, role: str) -> LLMPolicy:
+    """A model in ``role`` (authority or speculator); normal mode's text answers are messages to the user."""
+    free = bool(spec.answer_prefix) or not solo
+    return LLMPolicy(client, prompt, tools, tool_choice="auto" if free else "required", answer_prefix=spec.answer_prefix,
+                     max_tokens=spec.max_tokens, temperature=spec.temperature if spec.temperature is not None else 0.0,
+                     queue_extra_calls=role == "authority", conversation=not solo)
+
+
+def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: dict[str, ModelClient],
+                  *, solo: bool) -> Parts:
+    """Authority, speculator, prober and user for ``task`` in ``mode``, as the spec says."""
+    prompt = bench.system_prompt(task, solo=solo) + (f"\n\n{spec.instructions}" if spec.instructions else "")
+    tools = bench.tools(task, solo=solo)
+    simulated = spec.latency or LatencyModel()  # scripted models take the latency model's time (none without one)
+    oracle = spec.agent == "oracle"
+    gold = _oracle_gold(bench, task, solo) if oracle else []
+    distractors = bench.distractors() if oracle else []
+    authority: Policy
+    replayed = spec.replay is not None  # a replayed model is simulated too: it takes the latency model's time
+    model: LLMPolicy | None = None
+    if oracle:
+        authority = SimulatedLatency(OracleAuthority(gold), simulated, "authority", spec.spork.probe_every)
+    else:
+        authority = model = model_policy(spec, clients["agent"], prompt, tools, solo=solo, role="authority")
+        if replayed:
+            authority = SimulatedLatency(model, simulated, "authority", spec.spork.probe_every)
+    parts = Parts(authority)
+    if mode.speculates:
+        if spec.noisy_p is not None:
+            noisy = NoisyOracleSpeculator(gold, spec.noisy_p, distractors, task_id=task.id, seed=spec.seed)
+            parts.speculator = SimulatedLatency(noisy, simulated, "speculator")
+        else:
+            speculator = model_policy(spec, clients["speculator"], prompt, tools, solo=solo, role="speculator")
+            parts.speculator = SimulatedLatency(speculator, simulated, "speculator") if replayed else speculator
+    if mode.spork:
+        if model is None:
+            probe = SimulatedProber(gold, spec.spork.probe_accuracy, distractors, task_id=task.id, seed=spec.seed)
+            parts.prober = SimulatedProbeLatency(probe, simulated)
+        else:
+            opening = HERMES_OPENING if spec.spork.probe_opening == "hermes" else FENCED_OPENING
+            prober = LLMProber.of(model, opening=opening, max_tokens=spec.spork.probe_tokens)
+            parts.prober = SimulatedProbeLatency(prober, simulated) if replayed else prober
+    if not solo:
+        parts.user = bench.user(task, None if oracle else clients["user"])
+    return parts
+
+
+def is_solo(spec: RunSpec, bench: Bench[Any]) -> bool:
+    return spec.solo or not bench.has_user
+
+
+# --- episodes and modes ----------------------------------------------------------------------
+
+
+async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, parts: Parts, *, trial: int = 0,
+                      macros: MacroLibrary | None = None, log: RunLog | None = None,
+                      resumed: TaskLog | None = None) -> Episode:
+    """One task through the executor, scored by the bench; a failure is recorded in the episode, not raised
+    (except a run log that cannot be trusted, which stops the run)."""
+    started = time.perf_counter()
+    solo = is_solo(spec, bench)
+    async with bench.open_backend(task, solo=solo) as backend:
+        loop = build_loop(spec, mode, backend, parts, macros=macros, log=log, task_id=f"{task.id}#{trial}")
+        if resumed is not None:
+            loop.resume(resumed)
+        error = evaluation = None
+        trajectory = Trajectory(task_id=task.id)
+        try:
+            result = await loop.run()
+            trajectory = steps_trajectory(task.id, result.steps, result.termination)
+            evaluation = await bench.evaluate(task, result.steps, result.termination, solo=solo, live=backend)
+        except ReplayMiss:
+            raise  # a replay that lacks an answer replays nothing: the whole run is wrong, not this episode
+        except AgentSpecError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    execution = {
+        "mode": mode.name,
+        "spork_cost_model": loop.spork.report() if loop.spork is not None else None,
+        "metrics": loop.metrics.as_dict(),
+        "sources": [s.source for s in loop.steps],
+        "macros_fired": sorted({s.macro_id for s in loop.steps if s.macro_id}),
+        "timeline": [vars(e) for e in loop.timeline.events],
+    }
+    timings = {"wall_s": time.perf_counter() - started, "simulated_wall_s": loop.metrics.wall_s}
+    return Episode(task.id, trial, trajectory, evaluation, timings, error, execution)
+
+
+async def run_mode(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Sequence[Job], clients: dict[str, ModelClient],
+                   macros: MacroLibrary | None = None) -> list[Episode | LoggedEpisode]:
+    """Every job in ``mode``; with ``spec.out``, logged to ``run-<mode>.log.jsonl`` (``resume`` continues it)."""
+    log_path = Path(spec.out) / f"run-{mode.name}.log.jsonl" if spec.out else None
+    previous = RunLog.read(log_path) if (log_path and spec.resume) else {}
+    if log_path and not spec.resume and log_path.exists():
+        log_path.unlink()
+    log = RunLog(log_path) if log_path else None
+    solo = is_solo(spec, bench)
+
+    async def one(job: Job) -> Episode | LoggedEpisode:
+        task, trial = job
+        logged = previous.get(f"{task.id}#{trial}")
+        if logged is not None and logged.result is not None:
+            stored = logged.result
+            return LoggedEpisode(task.id, stored["reward"], stored.get("error"), stored)
+        parts = episode_parts(spec, mode, bench, task, clients, solo=solo)
+        episode = await run_episode(spec, mode, bench, task, parts, trial=trial, macros=macros, log=log, resumed=logged)
+        if log is not None:
+            log.finish(f"{task.id}#{trial}", episode.record())
+        return episode
+
+    try:
+        return await run_jobs(jobs, one, concurrency=spec.concurrency, progress=spec.progress, label=mode.name)  # type: ignore[return-value]
+    finally:
+        if log is not None:
+            log.close()
+
+
+def role_defaults(spec: RunSpec, solo: bool) -> dict[str, str | None]:
+    """The roles a run needs, each with the local model it gets when none is named (None: must be named)."""
+    from agentspec.models.embedded import DEFAULT_MODELS
+
+    roles: dict[str, str | None] = {}
+    if spec.agent == "llm":
+        roles["agent"] = DEFAULT_MODELS["agent"]
+        if not solo:
+            roles["user"] = DEFAULT_MODELS["user"] if not spec.role_named("agent") else None
+    if spec.needs_speculator and spec.noisy_p is None:
+        roles["speculator"] = None
+    return roles
+
+
+async def run_modes(spec: RunSpec, bench: Bench[Any], jobs: Sequence[Job], macros: MacroLibrary | None) -> dict[str, ModeResult]:
+    """Open the role clients once, then run each mode of the spec over the same jobs."""
+    solo = is_solo(spec, bench)
+    plan = plan_roles(spec, role_defaults(spec, solo))
+    if spec.agent == "llm" and not solo and "user" not in plan.endpoints and "user" not in plan.embedded:
+        raise ConfigError("normal mode needs --user-model (or AGENTSPEC_USER_MODEL); or pass --solo")
+    cassette = None
+    if spec.record or spec.replay:
+        cassette = Cassette(Path(spec.record or spec.replay or ""), "record" if spec.record else "replay")
+    async with AsyncExitStack() as stack:
+        clients = await open_clients(stack, spec, plan, cassette)
+        results: dict[str, ModeResult] = {}
+        for mode in spec.modes:
+            started = time.perf_counter()
+            episodes = await run_mode(spec, mode, bench, jobs, clients, macros)
+            results[mode.name] = ModeResult(episodes, time.perf_counter() - started)
+        return results
+
+
+def select_tasks(spec: RunSpec, bench: Bench[Any]) -> list[Any]:
+    return bench.tasks(spec.split or bench.default_split, spec.task_ids, spec.limit)
+
+
+def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Outcome:
+    """Run the spec: every mode over the same tasks and trials, on trio's virtual clock when every model is
+    simulated, a latency model times them and the bench runs in process, else on the wall clock.
+
+    ``bench``: your own :class:`~agentspec.bench.protocol.Bench` object; by default the one registered as
+    ``spec.bench``."""
+    if bench is None:
+        if spec.bench is None:
+            raise ConfigError("a run needs a bench (--bench)")
+        bench = open_bench(spec.bench, spec.data_dir, backend=spec.backend, max_steps=spec.max_steps,
+                           max_errors=spec.max_errors)
+    if not spec.solo and not bench.has_user and spec.agent == "llm" and spec.user_model:
+        raise ConfigError(f"{bench.name} has no user simulator: drop --user-model")
+    tasks = select_tasks(spec, bench)
+    jobs = [(task, trial) for trial in range(spec.trials) for task in tasks]
+    path, macros = load_macros(spec)
+    started = time.perf_counter()
+    virtual = spec.virtual_clock and bench.in_process
+    if virtual:
+        from trio.testing import MockClock
+
+        modes = anyio.run(run_modes, spec, bench, jobs, macros, backend="trio",
+                          backend_options={"clock": MockClock(autojump_threshold=0)})
+    else:
+        modes = anyio.run(run_modes, spec, bench, jobs, macros)
+    return Outcome(spec, bench, tasks, modes, macros, path, time.perf_counter() - started, virtual)

@@ -1,0 +1,58 @@
+"""One finished episode with its score, and the JSON record ``results.json`` keeps of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentspec.bench.protocol import Score
+from agentspec.types import Trajectory
+
+
+@dataclass
+class Episode:
+    """One finished episode with its score (``evaluation`` is None when the episode failed before scoring)."""
+
+    task_id: str
+    trial: int
+    trajectory: Trajectory
+    evaluation: Score | None
+    timings: dict[str, float]
+    error: str | None = None
+    execution: dict[str, Any] | None = None
+    """Speculative-executor details (mode, metrics, committed step sources, timeline) when one ran."""
+
+    @property
+    def reward(self) -> float:
+        return self.evaluation.reward if self.evaluation else 0.0
+
+    def record(self) -> dict[str, Any]:
+        """The JSON record written to results.json."""
+        evaluation = self.evaluation.model_dump(mode="json") if self.evaluation else None
+        return {
+            "task_id": self.task_id,
+            "trial": self.trial,
+            "reward": self.reward,
+            "termination": self.trajectory.termination.value if self.trajectory.termination else None,
+            "steps": self.trajectory.steps,
+            "num_errors": self.trajectory.num_errors,
+            "tool_calls": len(self.trajectory.tool_calls()),
+            "evaluation": evaluation,
+            "timings": self.timings,
+            "error": self.error,
+            "execution": self.execution,
+            "messages": [m.model_dump(mode="json", exclude_defaults=True) for m in self.trajectory.messages],
+        }
+
+
+@dataclass
+class LoggedEpisode:
+    """An episode finished by an earlier (interrupted) run, read back from the run log."""
+
+    task_id: str
+    reward: float
+    error: str | None
+    stored: dict[str, Any]
+
+    def record(self) -> dict[str, Any]:
+        return self.stored

@@ -1,0 +1,209 @@
+"""A tau2 domain as a bench: tau2's orchestrator, parties and evaluator around the domain's knowledge.
+
+A tau2 domain (``envs/tau2_telecom`` is one) provides tasks, environments,
+prompts and gold calls (:class:`Tau2Domain`); :class:`Tau2Bench` adds what
+every tau2 domain shares: the ``done`` tool of solo mode, the user simulator
+of normal mode, scoring with tau2's evaluator, and the reference episode
+loop (:meth:`Tau2Bench.run_episode`, tau2's orchestrator) that plain
+``agentspec run`` and ``agentspec evaluate`` use.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agentspec.bench.episode import Episode
+from agentspec.bench.protocol import solo_calls
+from agentspec.bench.tau2.evaluator import Evaluation, evaluate
+from agentspec.bench.tau2.orchestrator import AGENT_STOP_TOKEN, DONE_TOOL, GREETING, USER_STOP_TOKENS, Orchestrator, Party
+from agentspec.bench.tau2.parties import LLMParty, Script, ScriptedParty
+from agentspec.errors import AgentSpecError, ConfigError
+from agentspec.models import ModelClient
+from agentspec.runtime.conversation import RunCall, ScriptedUser, User, UserTurn, scripted_turns, steps_trajectory
+from agentspec.snapshot import InProcessBackend, SnapshotBackend
+from agentspec.types import Message, Requestor, Step, TerminationReason, ToolCall, ToolSpec, Trajectory
+
+
+class Tau2Domain(Protocol):
+    """What a tau2 domain knows (see ``envs/tau2_telecom/bench.py``)."""
+
+    name: str
+
+    def tasks(self, split: str = ..., task_ids: list[str] | None = ..., limit: int | None = ...) -> list[Any]: ...
+
+    def task(self, task_id: str) -> Any: ...
+
+    def all_tasks(self) -> list[Any]: ...
+
+    def environment(self, task: Any, *, solo: bool = ...) -> Any:
+        """A fresh, initialised :class:`agentspec.env.Environment` with ``sync()`` and ``run_function()``."""
+        ...
+
+    def agent_prompt(self, task: Any, *, solo: bool) -> str: ...
+
+    def user_prompt(self, task: Any) -> str: ...
+
+    def gold_actions(self, task: Any) -> list[tuple[Requestor, ToolCall]]: ...
+
+    def common_calls(self) -> list[ToolCall]: ...
+
+    def value_patterns(self) -> list[tuple[str, str, str | None]]: ...
+
+    def criteria(self, task: Any) -> Any:
+        """``env_assertions``, ``actions`` (gold, with ``compare_args``) and ``reward_basis``."""
+        ...
+
+
+@dataclass
+class PartyUser:
+    """A tau2 user party (an LLM user simulator) as the executor's :class:`~agentspec.runtime.conversation.User`:
+    it acts until it writes text, its calls running on the live state."""
+
+    party: Party
+    opening: str = GREETING
+    max_calls: int = 50
+    """Calls one turn may make before the turn is cut (a user simulator stuck in a loop of calls)."""
+
+    async def reply(self, conversation: list[Message], run: RunCall) -> UserTurn:
+        messages: list[Message] = []
+        for _ in range(self.max_calls):
+            message = (await self.party.act([*conversation, *messages])).model_copy(update={"role": "user"})
+            messages.append(message)
+            if not message.is_tool_call:
+                text = message.content or ""
+                return UserTurn(text, messages, stop=any(t in text for t in USER_STOP_TOKENS), error=not text)
+            for call in message.tool_calls:
+                messages.append(Message.from_observation(await run(call)))
+            for bad in message.invalid_tool_calls:
+                content = f"Error: the arguments of {bad.name!r} are not a valid JSON object ({bad.error})"
+                messages.append(Message(role="tool", content=content, tool_call_id=bad.id, requestor="user", error=True))
+        return UserTurn("", messages, error=True)
+
+
+class Tau2Bench:
+    """A tau2 domain as an agentspec :class:`~agentspec.bench.protocol.Bench` (normal and solo mode)."""
+
+    has_user = True
+    default_split = "base"
+    in_process = True
+
+    def __init__(self, domain: Tau2Domain, *, max_steps: int = 200, max_errors: int = 10) -> None:
+        self.domain = domain
+        self.name = domain.name
+        self.max_steps, self.max_errors = max_steps, max_errors
+
+    # --- the Bench protocol --------------------------------------------------------
+
+    def tasks(self, split: str = "base", task_ids: list[str] | None = None, limit: int | None = None) -> list[Any]:
+        return self.domain.tasks(split, task_ids, limit)
+
+    def task(self, task_id: str) -> Any:
+        return self.domain.task(task_id)
+
+    def environment(self, task: Any, *, solo: bool = False) -> Any:
+        return self.domain.environment(task, solo=solo)
+
+    @asynccontextmanager
+    async def open_backend(self, task: Any, *, solo: bool) -> AsyncIterator[SnapshotBackend]:
+        yield InProcessBackend(self.environment(task, solo=solo))
+
+    def tools(self, task: Any, *, solo: bool) -> list[ToolSpec]:
+        env = self.environment(task, solo=solo)
+        return env.tool_specs("assistant") + ([DONE_TOOL] if solo else [])
+
+    def system_prompt(self, task: Any, *, solo: bool) -> str:
+        return self.domain.agent_prompt(task, solo=solo)
+
+    def gold_actions(self, task: Any) -> list[tuple[Requestor, ToolCall]]:
+        return self.domain.gold_actions(task)
+
+    def gold_calls(self, task: Any) -> list[ToolCall]:
+        """The gold calls as a solo agent makes them (all of them, in order)."""
+        return solo_calls(self.gold_actions(task))
+
+    def distractors(self) -> list[ToolCall]:
+        """Plausible calls for a noisy speculator to get wrong: every distinct gold call, plus common checks."""
+        seen: dict[str, ToolCall] = {}
+        for task in self.domain.all_tasks():
+            for _, call in self.domain.gold_actions(task):
+                seen.setdefault(call.canonical(), call)
+        for call in self.domain.common_calls():
+            seen.setdefault(call.name, call)  # keyed by name: the order (and so every seeded draw) of published runs
+        return [seen[key] for key in sorted(seen)]
+
+    def value_patterns(self) -> list[tuple[str, str, str | None]]:
+        return self.domain.value_patterns()
+
+    def user(self, task: Any, client: ModelClient | None) -> User:
+        if client is None:
+            return ScriptedUser(scripted_turns(self.gold_actions(task))[1], opening=GREETING)
+        env = self.environment(task, solo=False)
+        return PartyUser(LLMParty("user", client, self.domain.user_prompt(task), env.tool_specs("user")))
+
+    async def evaluate(self, task: Any, steps: Sequence[Step], termination: TerminationReason, *, solo: bool,
+                       live: SnapshotBackend | None = None) -> Evaluation:
+        return self.evaluate_trajectory(task, trajectory_of(task.id, steps, termination), solo=solo)
+
+    # --- tau2's own episode loop (plain runs, ``agentspec evaluate``) ------------------
+
+    def evaluate_trajectory(self, task: Any, trajectory: Trajectory, *, solo: bool) -> Evaluation:
+        criteria = self.domain.criteria(task)
+        return evaluate(
+            trajectory,
+            fresh_environment=lambda: self.environment(task, solo=solo),
+            assertions=criteria.env_assertions,
+            gold_actions=criteria.actions,
+            reward_basis=criteria.reward_basis,
+        )
+
+    def oracle(self, task: Any, *, solo: bool = True) -> tuple[Party, Party | None]:
+        """Parties that replay the task's gold actions (the agent makes every call in solo mode)."""
+        return self.scripted(self.gold_actions(task), end="assistant", solo=solo)
+
+    def scripted(
+        self, calls: Sequence[tuple[Requestor, ToolCall]], *, end: Requestor = "assistant", solo: bool = False
+    ) -> tuple[Party, Party | None]:
+        script = Script.of(calls, end=end, solo=solo)
+        user = None if solo else ScriptedParty("user", script)
+        return ScriptedParty("assistant", script), user
+
+    def llm_parties(
+        self, task: Any, agent: ModelClient, user: ModelClient | None, *, solo: bool, env: Any
+    ) -> tuple[Party, Party | None]:
+        if solo:
+            tools = env.tool_specs("assistant") + [DONE_TOOL]
+            return LLMParty("assistant", agent, self.system_prompt(task, solo=True), tools, tool_choice="required"), None
+        if user is None:
+            raise ConfigError("normal mode needs a user model (--user-model) or --solo")
+        agent_party = LLMParty("assistant", agent, self.system_prompt(task, solo=False), env.tool_specs("assistant"))
+        user_party = LLMParty("user", user, self.domain.user_prompt(task), env.tool_specs("user"))
+        return agent_party, user_party
+
+    async def run_episode(self, task: Any, agent: Party, user: Party | None, *, env: Any, trial: int = 0) -> Episode:
+        """Play one episode with tau2's orchestrator and score it; failures are recorded, not raised."""
+        started = time.perf_counter()
+        orchestrator = Orchestrator(task.id, env, agent, user, max_steps=self.max_steps, max_errors=self.max_errors)
+        error = None
+        evaluation = None
+        try:
+            trajectory = await orchestrator.run()
+            eval_started = time.perf_counter()
+            evaluation = self.evaluate_trajectory(task, trajectory, solo=env.solo)
+            orchestrator.timings["eval_s"] = time.perf_counter() - eval_started
+        except AgentSpecError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        timings = {**orchestrator.timings, "wall_s": time.perf_counter() - started}
+        return Episode(task.id, trial, orchestrator.trajectory, evaluation, timings, error)
+
+
+def trajectory_of(task_id: str, steps: Sequence[Step], termination: TerminationReason) -> Trajectory:
+    """Committed executor steps as a tau2 trajectory: an agent stop is the text ``###STOP###`` at the end."""
+    trajectory = steps_trajectory(task_id, steps, termination)
+    if termination is TerminationReason.AGENT_STOP:
+        trajectory.messages.append(Message(role="assistant", content=AGENT_STOP_TOKEN))
+        trajectory.steps += 1
+    return trajectory

@@ -1,0 +1,152 @@
+"""``agentspec run --mode ...``: a bench's tasks through the speculative executor, one or several modes per run.
+
+The flags become one :class:`~agentspec.run_spec.RunSpec`, which :func:`agentspec.assembly.run` runs.
+
+With ``--mode sequential,sa,smc`` every mode runs over the same tasks in the
+same process, so their ratios are measured side by side.  The last stdout
+line (and ``results.json``'s ``summary``) holds the run's settings, each
+mode's figures under ``modes`` (a dict by mode, also for a single mode),
+``speedup_vs_sequential`` (mean task wall time of sequential over the mode's,
+when sequential ran) and ``run_wall_s`` (the whole run); no mode's figure
+sits at top level::
+
+    {"bench": "tau2-telecom", "modes": {"sequential": {...}, "sa": {...}},
+     "speedup_vs_sequential": {"sequential": 1.0, "sa": 1.41}, "run_wall_s": 3.2, ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from agentspec.assembly import is_solo, run
+from agentspec.bench.runner import raise_if_endpoint_dead, summarize
+from agentspec.errors import ConfigError
+from agentspec.report.load import RESULTS_FORMAT
+from agentspec.run_spec import RunSpec, SporkSettings
+from agentspec.runtime.metrics import ExecutionMetrics, aggregate
+from agentspec.user_files import out_dir, read_user_file
+
+
+def run_spec(args: argparse.Namespace) -> RunSpec:
+    """The run the flags describe (checked as a whole: a bad combination fails before any task starts)."""
+    for written in (args.timeline, args.macros_out):  # files written after the run: refuse a bad path before it
+        if written and Path(written).is_dir():
+            raise ConfigError(f"{written} is a folder: give a file name")
+        if written:
+            out_dir(str(Path(written).parent))
+    task_ids = [t.strip() for t in args.task_ids.split(",") if t.strip()] if args.task_ids else None
+    agent = args.agent or ("llm" if (args.agent_model or args.agent_base_url) else None)
+    if agent is None:
+        raise ConfigError("say which agent to run: --agent oracle, --agent llm (local models, served for the run), "
+                          "or --agent-model URL_OR_NAME for an LLM agent")
+    spork = SporkSettings(gate=args.gate, probe_every=args.probe_every, cost_model=not args.no_cost_model,
+                          probe_accuracy=args.probe_accuracy, probe_opening=args.probe_opening)
+    spec = RunSpec.of(
+        bench=args.bench, data_dir=args.data_dir, backend=getattr(args, "backend", None), split=args.split,
+        task_ids=task_ids, limit=args.limit, trials=args.trials, solo=args.solo, agent=agent,
+        **{f"{role}_{what}": getattr(args, f"{role}_{what}", None) for role in ("agent", "user", "speculator")
+           for what in ("model", "base_url")},
+        temperature=args.temperature, answer_prefix=args.answer_prefix, modes=args.mode, depth=args.depth,
+        l_min=args.l_min, seed=args.seed, max_steps=args.max_steps, max_errors=args.max_errors,
+        verify_macros=args.verify_macros, macros=args.macros, latency_model=args.latency_model, spork=spork,
+        concurrency=args.concurrency, out=args.out, resume=args.resume, progress=not args.no_progress,
+        record=args.record, replay=args.replay,
+    )
+    out_dir(args.out)
+    return spec
+
+
+def _metrics_of(episodes: list[Any]) -> list[ExecutionMetrics]:
+    out = []
+    for episode in episodes:
+        execution = episode.record().get("execution") or {}
+        out.append(ExecutionMetrics(**execution.get("metrics", {})))
+    return out
+
+
+def _mode_summary(episodes: list[Any], wall_s: float) -> dict[str, Any]:
+    """One mode's figures (``wall_s`` is that mode's share of the run)."""
+    return summarize(episodes, wall_s) | aggregate(_metrics_of(episodes))
+
+
+def _baseline_wall(path: Path) -> tuple[Path, str | None, dict[str, Any]]:
+    """The baseline run's file, the mode it is compared as, and that mode's figures.
+
+    A ``--mode`` run's results.json has ``summary.modes``: its only mode, or
+    its ``sequential`` mode when it ran several.
+    """
+    file = path / "results.json" if path.is_dir() else path
+    try:
+        summary = json.loads(read_user_file(file, "--baseline"))["summary"]
+        modes = summary["modes"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ConfigError(f"--baseline {path}: not a results.json of an agentspec run --mode ({type(exc).__name__}: {exc})") from exc
+    mode = next(iter(modes)) if len(modes) == 1 else "sequential" if "sequential" in modes else None
+    if mode is None or not modes[mode].get("mean_task_wall_s"):
+        raise ConfigError(f"--baseline {path}: no single mode (or sequential) with a mean_task_wall_s to compare with")
+    return file, mode, modes[mode]
+
+
+def _against_baseline(path: Path, summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Mean task wall time of the baseline run over each mode's (> 1: this run is faster)."""
+    file, base_mode, base = _baseline_wall(path)
+    base_wall = base["mean_task_wall_s"]
+    ratios = {mode: round(base_wall / s["mean_task_wall_s"], 4) for mode, s in summaries.items() if s.get("mean_task_wall_s")}
+    return {"baseline": str(file), "baseline_mode": base_mode, "baseline_mean_task_wall_s": base_wall,
+            "speedup": ratios, "reward_delta": {m: s["reward_mean"] - base.get("reward_mean", 0.0) for m, s in summaries.items()}}
+
+
+def _speedups(summaries: dict[str, dict[str, Any]]) -> dict[str, float | None] | None:
+    """Mean task wall time of sequential over each mode's; None when sequential did not run (or ran no task)."""
+    base = summaries.get("sequential", {}).get("mean_task_wall_s")
+    if not base:
+        return None
+    return {mode: round(base / s["mean_task_wall_s"], 4) if s.get("mean_task_wall_s") else None for mode, s in summaries.items()}
+
+
+def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
+    spec = run_spec(args)
+    outcome = run(spec)
+    results = outcome.modes
+    summaries = {mode: _mode_summary(r.episodes, r.wall_s) for mode, r in results.items()}
+    summary: dict[str, Any] = {"bench": spec.bench, "split": (spec.split or outcome.bench.default_split) if not spec.task_ids else "task-ids",
+                               "agent": spec.agent, "speculator": spec.speculator_model,
+                               "play": "solo" if is_solo(spec, outcome.bench) else "normal",
+                               "tasks": len(outcome.tasks), "trials": spec.trials}
+    summary["clock"] = "virtual (trio MockClock, autojump)" if outcome.virtual_clock else "wall"
+    summary["latency_model"] = spec.latency.name if spec.latency else None
+    summary["models"] = "replayed from " + spec.replay if spec.replay else ("recorded to " + spec.record if spec.record else "live")
+    summary["macros"] = outcome.macros_path
+    summary["modes"] = summaries
+    summary["speedup_vs_sequential"] = _speedups(summaries)
+    summary["run_wall_s"] = round(outcome.wall_s, 3)
+    if args.baseline:
+        summary["vs_baseline"] = _against_baseline(Path(args.baseline), summaries)
+    if args.macros_out and outcome.macros is not None:
+        summary["macros_out"] = args.macros_out  # in results.json too: a report shows the library after the run
+    out = Path(spec.out) if spec.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        dump = {"format": RESULTS_FORMAT, "summary": summary,
+                "episodes": {m: [e.record() for e in r.episodes] for m, r in results.items()}}
+        (out / "results.json").write_text(json.dumps(dump, indent=1), encoding="utf-8")
+        summary["results"] = str(out / "results.json")
+    raise_if_endpoint_dead([e for r in results.values() for e in r.episodes])
+    if args.macros_out and outcome.macros is not None:
+        outcome.macros.provenance["online_updates"] = {"runs": [m.name for m in spec.modes], "split": spec.split or outcome.bench.default_split}
+        outcome.macros.save(args.macros_out)
+    if args.report and out is not None:  # after the library is saved: the report reads it back
+        from agentspec.report.command import report_after_run
+
+        summary["report"] = report_after_run(out)
+    if args.timeline:
+        from agentspec.runtime.timeline import plot_timeline
+
+        last = spec.modes[-1].name
+        episode = results[last].episodes[0].record()
+        plot_timeline(episode["execution"]["timeline"], Path(args.timeline), title=f"{episode['task_id']} ({last})")
+        summary["timeline"] = args.timeline
+    return summary

@@ -1,0 +1,176 @@
+"""What one run is: a typed, validated description every entry point builds, and :mod:`agentspec.assembly` runs.
+
+``agentspec run``, ``agentspec mine``, :class:`agentspec.Executor` and the
+experiments each describe their run as a :class:`RunSpec`; nothing else turns
+settings into an executor.  Modes are parsed once, here::
+
+    >>> RunSpec(bench="tau2-telecom", agent="oracle", modes="sequential,smc+spork").modes
+    [Mode(base='sequential', spork=False), Mode(base='smc', spork=True)]
+
+A spec is checked as a whole when it is made (a noisy-oracle speculator needs
+the oracle agent's gold calls, ``resume`` needs ``out``...): a bad one raises
+:class:`~agentspec.errors.ConfigError` before any task starts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentspec.errors import ConfigError
+from agentspec.runtime.latency import LatencyModel
+from agentspec.runtime.modes import Mode, noisy_oracle_p, parse_modes
+
+class SporkSettings(BaseModel):
+    """SPORK's knobs (see :class:`agentspec.runtime.spork.SporkConfig`) and how its probes are made."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gate: float = Field(0.90, ge=0, le=1)
+    probe_every: int = Field(16, ge=1)
+    cost_model: bool = True
+    probe_accuracy: float = Field(0.9, ge=0, le=1)
+    """With the oracle agent: the simulated probe's hit rate."""
+    probe_opening: Literal["fenced", "hermes"] = "fenced"
+    probe_tokens: int = Field(48, ge=1)
+
+
+class RunSpec(BaseModel):
+    """Everything one run needs: bench and tasks, who plays each role, the modes and their settings, the output."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    bench: str | None = None
+    """A registered bench (``tau2-telecom``, ``workspace-demo``); None for the Python API's own environment."""
+    data_dir: str | None = None
+    backend: str | None = None
+    """The bench's environment backend where it offers several (``overlay``, ``copy``, ``docker``)."""
+    split: str | None = None
+    """None: the bench's default split."""
+    task_ids: list[str] | None = None
+    limit: int | None = Field(None, ge=1)
+    trials: int = Field(1, ge=1)
+    solo: bool = False
+    """No user simulator: the agent makes every call and ends with ``done`` (a bench without a user is always solo)."""
+
+    agent: Literal["oracle", "llm"] = "llm"
+    agent_model: str | None = None
+    agent_base_url: str | None = None
+    user_model: str | None = None
+    user_base_url: str | None = None
+    speculator_model: str | None = None
+    """A model (endpoint URL, URL#MODEL, a name at ``speculator_base_url``, a local name), or ``noisy-oracle:P``."""
+    speculator_base_url: str | None = None
+    temperature: float | None = Field(None, ge=0)
+    instructions: str = ""
+    """Text appended to the bench's system prompt (e.g. asking the model to think before each call)."""
+    answer_prefix: str = ""
+    max_tokens: int | None = Field(None, ge=1)
+
+    modes: list[Mode] = Field(default_factory=lambda: [Mode()])
+    depth: int = Field(4, ge=1)
+    l_min: int = Field(1, ge=0)
+    seed: int = Field(0, ge=0)
+    max_steps: int = Field(200, ge=1)
+    """Messages per episode (tau2's step limit); the executor makes at most (max_steps - 1) // 2 calls."""
+    max_calls: int | None = Field(None, ge=1)
+    """Overrides the call limit derived from ``max_steps``."""
+    max_errors: int = Field(10, ge=1)
+    verify_macros: bool = False
+    macros: str | None = None
+    """Macro library for smc; None takes the bench's shipped library when a mode is smc."""
+    latency_model: str | LatencyModel | None = None
+    spork: SporkSettings = Field(default_factory=SporkSettings)
+
+    record: str | None = None
+    """Store every model response in this folder (``responses.jsonl``) for a later ``replay``."""
+    replay: str | None = None
+    """Answer every model request from a recording in this folder; no model runs, and with a latency model the
+    run takes the virtual clock, timed by the recorded token counts."""
+
+    concurrency: int = Field(1, ge=1)
+    out: str | None = None
+    resume: bool = False
+    progress: bool = True
+
+    @classmethod
+    def of(cls, **fields: Any) -> RunSpec:
+        """Build a spec, turning a validation failure into one :class:`ConfigError` line per problem."""
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            ours = [e["ctx"]["error"] for e in exc.errors() if isinstance(e.get("ctx", {}).get("error"), ConfigError)]
+            if ours:
+                raise ours[0] from None  # a whole-spec check: its own message says what to do
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
+            raise ConfigError(f"invalid run: {problems}") from exc
+
+    @field_validator("modes", mode="before")
+    @classmethod
+    def _parse_modes(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_modes(value)
+        return [Mode.parse(v) if isinstance(v, str) else v for v in value]
+
+    @field_validator("latency_model", mode="before")
+    @classmethod
+    def _load_latency(cls, value: Any) -> Any:
+        return LatencyModel.load(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _coherent(self) -> RunSpec:
+        noisy = self.noisy_p  # raises on a bad P
+        if noisy is not None and self.agent != "oracle":
+            raise ConfigError("noisy-oracle speculators need the gold calls: use them with --agent oracle")
+        # The Python API (no bench) passes its policies itself; a bench run needs the speculator named.
+        if self.bench is not None and self.needs_speculator and noisy is None and not self.role_named("speculator"):
+            raise ConfigError("modes sa and smc need --speculator-model (a model, or noisy-oracle:P with --agent oracle)")
+        if self.resume and not self.out:
+            raise ConfigError("--resume needs --out DIR (the run log lives there)")
+        if self.record and self.replay:
+            raise ConfigError("--record and --replay exclude each other: record once, then replay")
+        return self
+
+    # --- derived facts ----------------------------------------------------------------
+
+    @property
+    def noisy_p(self) -> float | None:
+        return noisy_oracle_p(self.speculator_model)
+
+    @property
+    def needs_speculator(self) -> bool:
+        return any(m.speculates for m in self.modes)
+
+    @property
+    def call_limit(self) -> int:
+        return self.max_calls or max(1, (self.max_steps - 1) // 2)
+
+    @property
+    def latency(self) -> LatencyModel | None:
+        return self.latency_model if isinstance(self.latency_model, LatencyModel) else None
+
+    @property
+    def virtual_clock(self) -> bool:
+        """Every model is simulated (scripted, or replayed from a recording) and a latency model times them: run on
+        trio's virtual clock."""
+        scripted = self.agent == "oracle" and (self.noisy_p is not None or not self.needs_speculator)
+        return self.latency is not None and (scripted or self.replay is not None)
+
+    def role_named(self, role: str) -> bool:
+        """Whether a model is named for ``role`` here or in ``AGENTSPEC_<ROLE>_MODEL/BASE_URL``."""
+        return role_given(self, role)
+
+
+def role_prefix(role: str) -> str:
+    """The environment variables' prefix for ``role`` (``AGENTSPEC_SPECULATOR_``)."""
+    return "AGENTSPEC_" + role.upper().replace("-", "_") + "_"
+
+
+def role_given(settings: Any, role: str, env: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``settings`` (a :class:`RunSpec` or parsed flags) or the environment names a model for ``role``."""
+    prefix = role_prefix(role)
+    return bool(getattr(settings, f"{role}_model", None) or getattr(settings, f"{role}_base_url", None)
+                or env.get(prefix + "MODEL") or env.get(prefix + "BASE_URL"))

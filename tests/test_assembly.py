@@ -1,0 +1,232 @@
+"""One assembly for every run: RunSpec, normal-mode speculation with a user simulator, a second bench (workspace-demo)."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+
+import agentspec
+from sandbox_support import needs_bwrap  # noqa: F401 - a fixture the workspace tests take
+
+from agentspec import SAY, Bench, ConfigError, Effect, InProcessBackend, Mode, RunSpec, ToolCall, UserTurn
+from agentspec.api import ToolkitEnvironment
+from agentspec.cli import main
+from agentspec.runtime.conversation import conversation, say, scripted_turns
+from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
+from agentspec.runtime.policies import History, LLMPolicy, NoisyOracleSpeculator, OracleAuthority, history_messages
+from agentspec.tools import Toolkit, tool
+from agentspec.types import Message, TerminationReason
+
+SMALL = ["--split", "small", "--agent", "oracle", "--speculator-model", "noisy-oracle:0.8", "--latency-model", "smc-paper"]
+
+
+def run(capsys, *argv):
+    code = main(["run", "--no-progress", *argv])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out.strip().splitlines()[-1])
+
+
+# --- RunSpec --------------------------------------------------------------------------------
+
+
+def test_run_spec_parses_modes_once():
+    spec = RunSpec.of(bench="tau2-telecom", agent="oracle", modes="sequential,smc+spork,spork",
+                      speculator_model="noisy-oracle:0.5")
+    assert [m.name for m in spec.modes] == ["sequential", "smc+spork", "spork"]
+    assert spec.modes[1] == Mode(base="smc", spork=True) and spec.needs_speculator and spec.noisy_p == 0.5
+    assert spec.call_limit == 99 and RunSpec.of(max_calls=7).call_limit == 7
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"modes": "turbo"}, "unknown mode 'turbo'"),
+    ({"modes": "sa", "agent": "oracle"}, "need --speculator-model"),
+    ({"modes": "sa", "agent": "llm", "speculator_model": "noisy-oracle:0.8"}, "need the gold calls"),
+    ({"speculator_model": "noisy-oracle:1.5", "agent": "oracle"}, "in [0, 1]"),
+    ({"resume": True}, "--resume needs --out"),
+    ({"depth": 0}, "depth"),
+    ({"latency_model": "nope"}, "preset"),
+])
+def test_run_spec_refuses_an_incoherent_run(fields, message, monkeypatch):
+    monkeypatch.delenv("AGENTSPEC_SPECULATOR_MODEL", raising=False)
+    monkeypatch.delenv("AGENTSPEC_SPECULATOR_BASE_URL", raising=False)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        RunSpec.of(bench="tau2-telecom", **fields)
+
+
+def test_the_tau2_harness_is_a_bench(bench):
+    assert isinstance(bench, Bench)
+    assert bench.has_user and bench.in_process and bench.default_split == "base"
+
+
+# --- normal mode ------------------------------------------------------------------------------
+
+
+def test_scripted_turns_split_the_gold_script_between_agent_and_user():
+    a, b, c, d = (ToolCall(name=n) for n in "abcd")
+    decisions, turns = scripted_turns([("user", a), ("assistant", b), ("assistant", c), ("user", d)])
+    assert [x.name for x in decisions] == ["b", "c", SAY]
+    assert turns == [[a], [d]]
+    decisions, turns = scripted_turns([("assistant", b)])
+    assert decisions == [b] and turns == [[]]
+
+
+def test_every_mode_runs_in_normal_mode_with_the_oracle(tau2_dir, tmp_path, capsys):
+    summary = run(capsys, "--bench", "tau2-telecom", *SMALL, "--mode", "sequential,sa,smc", "--data-dir", str(tau2_dir),
+                  "--out", str(tmp_path))
+    assert summary["play"] == "normal" and summary["clock"].startswith("virtual")
+    modes = summary["modes"]
+    for mode in ("sequential", "sa", "smc"):
+        assert modes[mode]["reward_mean"] == 1.0 and modes[mode]["tasks"] == 20
+        assert modes[mode]["mean_task_wall_s"] > 0
+    assert modes["sa"]["commits_sa"] > 0  # the speculator's drafts are confirmed between user turns
+    episodes = json.loads((tmp_path / "results.json").read_text())["episodes"]
+    for mode, records in episodes.items():
+        for record in records:
+            messages = record["messages"]
+            assert messages[0] == {"role": "assistant", "content": "Hi! How can I help you today?"}
+            user_calls = [c["name"] for m in messages if m["role"] == "user" for c in m.get("tool_calls", [])]
+            gold_user = [a.name for a in _task(tau2_dir, record["task_id"]).evaluation_criteria.actions if a.requestor == "user"]
+            assert user_calls == gold_user, (mode, record["task_id"])
+            # A message to the user is never drafted into a fork: only real tools run speculatively.
+            assert SAY not in {e["label"] for e in record["execution"]["timeline"] if e["lane"] == "speculator-tool"}
+
+
+def _task(tau2_dir, task_id):
+    from envs.tau2_telecom.bench import TelecomBench
+
+    return TelecomBench.from_data_dir(tau2_dir).task(task_id)
+
+
+def test_solo_figures_are_unchanged_by_normal_mode(tau2_dir, capsys):
+    solo = run(capsys, "--bench", "tau2-telecom", *SMALL, "--solo", "--mode", "sequential,sa", "--data-dir", str(tau2_dir))
+    assert solo["play"] == "solo" and all(m["reward_mean"] == 1.0 for m in solo["modes"].values())
+    assert solo["modes"]["sa"]["mean_task_wall_s"] < solo["modes"]["sequential"]["mean_task_wall_s"]
+
+
+class Counter(Toolkit):
+    def __init__(self) -> None:
+        self.value = 0
+
+    @tool("read_only")
+    def read(self) -> int:
+        """The value."""
+        return self.value
+
+    @tool("mutating")
+    def add(self, n: int) -> int:
+        """Add n."""
+        self.value += n
+        return self.value
+
+
+class AddingUser:
+    """A user who adds 10 on their side each turn and stops on the second turn."""
+
+    opening = "hello"
+
+    def __init__(self) -> None:
+        self.seen: list[list[Message]] = []
+
+    async def reply(self, said, run_call):
+        self.seen.append(said)
+        call = ToolCall(name="add", arguments={"n": 10})
+        result = await run_call(call)
+        messages = [Message(role="user", tool_calls=[call]), Message.from_observation(result)]
+        stop = len(self.seen) == 2
+        return UserTurn("###STOP###" if stop else "done", [*messages, Message(role="user", content="done")], stop=stop)
+
+
+def _loop(mode: str, user, script: list[ToolCall], p: float = 1.0):
+    backend = InProcessBackend(ToolkitEnvironment(Counter()))
+    speculator = NoisyOracleSpeculator(script, p, [ToolCall(name="read")]) if mode != "sequential" else None
+    return backend, ExecutionLoop(backend, OracleAuthority(script), speculator, config=ExecutorConfig(mode=mode), user=user)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["sequential", "sa"])
+def test_user_turns_run_on_live_state_and_stale_drafts_are_dropped(mode):
+    script = [ToolCall(name="add", arguments={"n": 1}), ToolCall(name="read"), say("your turn"),
+              ToolCall(name="add", arguments={"n": 2}), ToolCall(name="read")]
+    user = AddingUser()
+    backend, loop = _loop(mode, user, script)
+    result = anyio.run(loop.run)
+    # The opening's turn adds 10, then add 1 and read see it; the second turn adds 10 and ends the conversation.
+    assert [s.call.name for s in result.steps] == [SAY, "add", "read", SAY]
+    assert result.steps[0].call.arguments == {"content": "hello"} and result.steps[0].observation.content == "done"
+    assert result.termination is TerminationReason.USER_STOP
+    assert result.steps[2].observation.content == "11" and backend.live.toolkit.value == 21
+    assert [m.role for m in result.steps[3].observation.turn] == ["user", "tool", "user"]
+    assert loop.effect(SAY) is Effect.EXTERNAL
+    # The user saw the agent's message as the conversation's last message.
+    assert user.seen[1][-1] == Message(role="assistant", content="your turn")
+
+
+def test_the_user_ending_the_conversation_ends_the_episode():
+    script = [say("one"), say("two"), ToolCall(name="read")]
+    user = AddingUser()
+    _, loop = _loop("sa", user, script)
+    result = anyio.run(loop.run)
+    assert result.termination is TerminationReason.USER_STOP
+    assert [s.call.arguments.get("content") for s in result.steps] == ["hello", "one"]
+    messages = conversation(result.steps)
+    assert [m.role for m in messages] == ["assistant", "user", "tool", "user", "assistant", "user", "tool", "user"]
+
+
+def test_a_model_in_normal_mode_writes_text_to_the_user():
+    history: History = [(say("hi there"), None)]
+    messages = history_messages("sys", history)
+    assert messages[1] == Message(role="assistant", content="hi there")
+
+    class Replying:
+        async def chat(self, messages, **_):
+            from agentspec.models.result import ChatResult
+
+            return ChatResult(message=Message(role="assistant", content="Please restart your phone."))
+
+    policy = LLMPolicy(Replying(), "sys", [], conversation=True, tool_choice="auto")  # type: ignore[arg-type]
+    decision = anyio.run(policy.decide, [])
+    assert decision.call == say("Please restart your phone.")
+    solo = LLMPolicy(Replying(), "sys", [])  # type: ignore[arg-type]
+    assert anyio.run(solo.decide, []).text == "Please restart your phone."
+
+
+# --- a second bench through the same assembly ---------------------------------------------------------
+
+
+@pytest.mark.usefixtures("needs_bwrap")
+def test_workspace_demo_runs_every_mode_through_the_assembly(capsys):
+    summary = run(capsys, "--bench", "workspace-demo", "--mode", "sequential,sa", "--agent", "oracle",
+                  "--speculator-model", "noisy-oracle:0.8", "--split", "small")
+    assert summary["play"] == "solo" and summary["clock"] == "wall" and summary["split"] == "small"
+    for mode in ("sequential", "sa"):
+        assert summary["modes"][mode]["reward_mean"] == 1.0 and summary["modes"][mode]["tasks"] == 2
+    assert summary["modes"]["sa"]["speculator_calls"] > 0
+
+
+@pytest.mark.usefixtures("needs_bwrap")
+def test_workspace_demo_without_mode_runs_sequential(capsys):
+    summary = run(capsys, "--bench", "workspace-demo", "--agent", "oracle", "--task-ids", "ws-fix-add")
+    assert list(summary["modes"]) == ["sequential"] and summary["modes"]["sequential"]["reward_mean"] == 1.0
+
+
+def test_workspace_demo_has_no_normal_mode_user(capsys):
+    code = main(["run", "--bench", "workspace-demo", "--agent", "llm", "--user-model", "http://127.0.0.1:9/v1",
+                 "--mode", "sequential", "--no-progress"])
+    assert code == 2 and "no user simulator" in capsys.readouterr().err
+
+
+@pytest.mark.docker
+def test_workspace_demo_runs_in_docker_containers_through_the_api(dev_image, docker_client):
+    from envs.workspace.bench import WorkspaceBench
+
+    bench = WorkspaceBench(backend="docker", image=dev_image, client=docker_client)
+    spec = RunSpec.of(agent="oracle", modes="sequential,sa", speculator_model="noisy-oracle:1.0",
+                      task_ids=["ws-fix-add", "ws-clean-logs"], progress=False)
+    outcome = agentspec.run(spec, bench=bench)
+    assert list(outcome.modes) == ["sequential", "sa"] and not outcome.virtual_clock
+    for mode, result in outcome.modes.items():
+        assert [e.reward for e in result.episodes] == [1.0, 1.0], mode
+    sa = [e.record()["execution"]["metrics"] for e in outcome.modes["sa"].episodes]
+    assert sum(m["speculative_tool_calls"] for m in sa) > 0

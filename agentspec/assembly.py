@@ -133,7 +133,8 @@ def model_policy(spec: RunSpec, client: ModelClient, prompt: str, tools: list, *
     free = bool(spec.answer_prefix) or not solo
     return LLMPolicy(client, prompt, tools, tool_choice="auto" if free else "required", answer_prefix=spec.answer_prefix,
                      max_tokens=spec.max_tokens, temperature=spec.temperature if spec.temperature is not None else 0.0,
-                     queue_extra_calls=role == "authority", conversation=not solo)
+                     queue_extra_calls=role == "authority", conversation=not solo,
+                     predicted_hints=role == "authority" and bool(spec.speculator_hints))
 
 
 def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: dict[str, ModelClient],
@@ -262,6 +263,8 @@ async def run_modes(spec: RunSpec, bench: Bench[Any], jobs: Sequence[Job], macro
     """Open the role clients once, then run each mode of the spec over the same jobs."""
     solo = is_solo(spec, bench)
     plan = plan_roles(spec, role_defaults(spec, solo))
+    if spec.speculator_hints is None:  # hints go where they are understood: a local model agentspec serves
+        spec = spec.model_copy(update={"speculator_hints": "agent" in plan.embedded})
     if spec.agent == "llm" and not solo and "user" not in plan.endpoints and "user" not in plan.embedded:
         raise ConfigError("normal mode needs --user-model (or AGENTSPEC_USER_MODEL); or pass --solo")
     cassette = None

@@ -68,6 +68,9 @@ class RunSpec(BaseModel):
     instructions: str = ""
     """Text appended to the bench's system prompt (e.g. asking the model to think before each call)."""
     answer_prefix: str = ""
+    speculator_hints: bool | None = None
+    """Send the speculator's next call with each authority request as a draft hint for the ToolSpec decoder.  None:
+    only to a local model agentspec serves (another server may refuse the unknown field)."""
     max_tokens: int | None = Field(None, ge=1)
 
     modes: list[Mode] = Field(default_factory=lambda: [Mode()])

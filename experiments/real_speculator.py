@@ -64,7 +64,11 @@ def pair(authority: str, speculator: str, args: argparse.Namespace) -> dict[str,
         common += ["--macros", args.macros]
     started = time.perf_counter()
     if args.force or not (folder / "rec" / "responses.jsonl").is_file():
-        agentspec_run([*common, "--mode", "sequential,sa", "--record", str(folder / "rec")])
+        recorded = agentspec_run([*common, "--mode", "sequential,sa", "--record", str(folder / "rec")])
+        failed = {mode: s["first_error"] for mode, s in recorded["modes"].items() if s.get("failed_episodes")}
+        if failed:  # e.g. a prompt longer than the speculator's context: say so, measure the others
+            print(f"{authority}:{speculator}: episodes failed: {failed}", file=sys.stderr, flush=True)
+            return {"authority": authority, "speculator": speculator, "error": failed}
     recorded_s = time.perf_counter() - started
     replayed = agentspec_run([*common, "--mode", "sequential,sa,smc", "--replay", str(folder / "rec"),
                               "--latency-model", "smc-paper", "--out", str(folder / "replay")])
@@ -93,10 +97,13 @@ def plot(curve: list[dict[str, Any]], pairs: list[dict[str, Any]], path: Path) -
         points = sorted((x, y) for x, y in points if x is not None and y is not None)
         ax.plot([x for x, _ in points], [y for _, y in points], "-o", color=colour, label=f"{mode}, noisy-oracle:P")
         for p in pairs:
+            if "modes" not in p:
+                continue
             x, y = p["modes"]["sa"]["speculator_hit_rate"], p["modes"][mode]["ratio_vs_sequential"]
             if x is not None and y is not None:
                 ax.plot([x], [y], "*", markersize=14, color=colour)
-                ax.annotate(f"{p['speculator']} ({mode})", (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+                if mode == "smc":  # one label per pair (sa's star sits on the same hit rate)
+                    ax.annotate(p["speculator"], (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
     ax.axhline(1.0, color="#999999", linewidth=0.8)
     ax.set_xlabel("speculator next-call hit rate (exact call)")
     ax.set_ylabel("task time: sequential / mode (smc-paper latency)")

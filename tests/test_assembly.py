@@ -230,3 +230,46 @@ def test_workspace_demo_runs_in_docker_containers_through_the_api(dev_image, doc
         assert [e.reward for e in result.episodes] == [1.0, 1.0], mode
     sa = [e.record()["execution"]["metrics"] for e in outcome.modes["sa"].episodes]
     assert sum(m["speculative_tool_calls"] for m in sa) > 0
+
+
+# --- the speculator's next call as a draft hint for the authority's decoder ------------------------------
+
+
+def test_the_authority_request_carries_the_speculators_next_call(tau2_dir, capsys):
+    from scripted_openai_server import ScriptedOpenAIServer
+
+    plan = ["reset_apn_settings", "reboot_device", "done"]
+    authority_bodies = []
+
+    def responder(request):
+        made = sum(1 for m in request["messages"] if m["role"] == "tool")
+        reply = {"tool_calls": [{"name": plan[min(made, 2)], "arguments": {}}]}
+        if request["model"] == "authority":
+            authority_bodies.append(request)
+            reply["delay_s"] = 0.3  # the speculator is ahead when the authority is asked
+            return {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": None, "tool_calls": [{"id": f"c{made}", "type": "function", "function": {
+                    "name": plan[min(made, 2)], "arguments": "{}"}}]}}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 12, "agentspec_decoding": {
+                    "target_forwards": 3, "accepted_by_source": {"hint.speculator": 9, "bonus": 3}}}, "delay_s": 0.3}
+        return reply
+
+    with ScriptedOpenAIServer(responder, models=("authority", "speculator")) as srv:
+        summary = run(capsys, "--bench", "tau2-telecom", "--task-ids", "[service_issue]break_apn_settings[PERSONA:None]",
+                      "--solo", "--mode", "sa", "--agent-model", f"{srv.base_url}#authority", "--speculator-model",
+                      f"{srv.base_url}#speculator", "--speculator-hints", "--data-dir", str(tau2_dir))
+    sa = summary["modes"]["sa"]
+    assert sa["reward_mean"] == 1.0 and sa["authority_forwards_per_call"] == 3.0 and sa["authority_hint_tokens"] > 0
+    hinted = [b["agentspec_predicted_calls"] for b in authority_bodies if "agentspec_predicted_calls" in b]
+    assert hinted and all(len(calls) == 1 and calls[0]["name"] in plan for calls in hinted)
+
+
+@pytest.mark.usefixtures("needs_bwrap")
+def test_mining_labels_through_the_workspace_overlay_backend(tmp_path, capsys):
+    """Mining replays the gold calls and forks drafts through the bench's own backend (overlay here)."""
+    code = main(["mine", "--bench", "workspace-demo", "--split", "all", "--speculator-model", "noisy-oracle:0.8",
+                 "--out", str(tmp_path / "macros.json"), "--no-progress"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and summary["trajectories"]["gold"] == 6 and summary["funnel"]["labels"] > 0
+    library = json.loads((tmp_path / "macros.json").read_text())
+    assert library["bench"] == "workspace-demo" and all(len(m["steps"]) >= 2 for m in library["macros"])

@@ -71,7 +71,9 @@ def post(app: Any, body: dict[str, Any]) -> Any:
     {"messages": WEATHER, "tools": WEATHER_TOOLS, "tool_choice": "required", "max_tokens": 60,
      "agentspec_hints": [HINT]},
     {"messages": WEATHER, "tools": DEFS_TOOLS, "tool_choice": "required", "max_tokens": 60},
-], ids=["text", "required-call", "with-hint", "defs-and-refs"])
+    {"messages": WEATHER, "tools": WEATHER_TOOLS, "tool_choice": "required", "max_tokens": 60,
+     "agentspec_predicted_calls": [{"name": "get_weather", "arguments": {"city": "Lyon", "unit": "celsius"}}]},
+], ids=["text", "required-call", "with-hint", "defs-and-refs", "with-predicted-call"])
 def test_toolspec_serves_the_greedy_answer_with_stats(apps: dict[str, Any], body: dict[str, Any]) -> None:
     status, greedy = post(apps["greedy"], body)
     status_t, toolspec = post(apps["toolspec"], body)
@@ -90,6 +92,8 @@ def test_toolspec_serves_the_greedy_answer_with_stats(apps: dict[str, Any], body
         assert report["target_forwards"] * 2 < report["tokens"]
     if body.get("agentspec_hints"):
         assert any(source.startswith("hint.client") for source in report["drafted_by_source"])
+    if body.get("agentspec_predicted_calls"):  # a speculator's (wrong) call is drafted, and changes nothing
+        assert any(source.startswith("hint.speculator") for source in report["drafted_by_source"])
 
 
 def _ids(response: dict[str, Any]) -> dict[str, Any]:

@@ -292,7 +292,7 @@ def test_user_calls_of_a_normal_mode_run_are_not_the_agents(tmp_path):
 
 
 def test_gold_replay_and_draft_sandboxes(bench):
-    [trajectory] = gold_trajectories(bench, "test")[:1]
+    [trajectory] = anyio.run(gold_trajectories, bench, "test")[:1]
     assert all(obs is not None and not obs.error for _, obs in trajectory.steps)
     second = trajectory.calls[1]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from scripted_openai_server import ScriptedOpenAIServer
@@ -87,3 +88,17 @@ def test_record_and_replay_exclude_each_other(tau2_dir, tmp_path, capsys):
     code = main(["run", "--bench", "tau2-telecom", "--solo", "--agent", "oracle", "--mode", "sequential", "--record",
                  str(tmp_path), "--replay", str(tmp_path), "--data-dir", str(tau2_dir), "--no-progress"])
     assert code == 2 and "exclude each other" in capsys.readouterr().err
+
+
+def test_the_committed_recording_of_a_real_speculator_replays(tau2_dir, capsys):
+    """experiments/recordings: qwen2.5-coder-0.5b's recorded decisions (4 test tasks), replayed without the model.
+
+    Fails when the prompt a model sees changes (every request then misses): record again with
+    `python experiments/real_speculator.py --limit 4 --force` and update experiments/real_speculator.md."""
+    recording = Path(__file__).resolve().parents[1] / "experiments" / "recordings" / "oracle--qwen2.5-coder-0.5b"
+    summary = run(capsys, "--split", "test", "--limit", "4", "--solo", "--agent", "oracle", "--speculator-model",
+                  "qwen2.5-coder-0.5b", "--mode", "sequential,sa", "--replay", str(recording), "--latency-model",
+                  "smc-paper", "--data-dir", str(tau2_dir))
+    sa = summary["modes"]["sa"]
+    assert summary["clock"].startswith("virtual") and sa["reward_mean"] == 1.0
+    assert sa["speculator_hit_rate"] == 0.0 and sa["speculator_name_hit_rate"] == 0.0303  # as measured

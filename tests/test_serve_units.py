@@ -170,7 +170,7 @@ class FakeGenerator:
         self.reused: list[int] = []
 
     def context(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]],
-                hints: list[str]) -> RequestContext | None:
+                hints: list[tuple[str, str]]) -> RequestContext | None:
         return None
 
     def start(

@@ -43,6 +43,9 @@ def add_parser(sub: Any) -> None:
     spec.add_argument("--macros-out", help="save the macro library with its online-updated n, k, lcb here")
     spec.add_argument("--seed", type=number(int, ge=0), default=0, help="seeds noisy oracles and simulated probes")
     spec.add_argument("--resume", action="store_true", help="continue the run logged in --out without re-applying effects")
+    spec.add_argument("--speculator-hints", action=argparse.BooleanOptionalAction, default=None,
+                      help="send the speculator's next call with each authority request as a draft hint (default: "
+                      "only to a local model agentspec serves; agentspec serve --decoder toolspec drafts it)")
     spec.add_argument("--record", metavar="DIR", help="store every model response in DIR/responses.jsonl (the speculator "
                       "fills its chain before each authority decision, so any replay finds its answers)")
     spec.add_argument("--replay", metavar="DIR", help="answer every model request from DIR (recorded with --record): no "

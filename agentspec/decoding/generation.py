@@ -125,8 +125,9 @@ class Generator(Protocol):
     """A decoding method for one model, as the server's engine drives it (module docstring)."""
 
     def context(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]],
-                hints: list[str]) -> RequestContext | None:
-        """The request's context for this method (``hints``: the client's predicted completions), or None."""
+                hints: list[tuple[str, str]]) -> RequestContext | None:
+        """The request's context for this method, or None.  ``hints``: predicted completions with their draft
+        source (``hint.client`` for a client's texts, ``hint.speculator`` for a speculator's predicted call)."""
         ...
 
     def start(

@@ -180,3 +180,13 @@ class GrammarConstraint:
     def done(self) -> bool:
         """The grammar is complete and allows nothing but the end."""
         return bool(self._matcher.is_stopped())
+
+
+def render_call(name: str, arguments: dict[str, Any]) -> str:
+    """A call as the tool grammar writes it.
+
+    >>> render_call("f", {"x": 1})
+    '<tool_call>\\n{"name": "f", "arguments": {"x": 1}}\\n</tool_call>'
+    """
+    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"<tool_call>\n{body}\n</tool_call>"

@@ -28,7 +28,7 @@ class PlainGenerator:
     """Plain decoding for any model (module docstring); it needs no request context."""
 
     def context(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]],
-                hints: list[str]) -> RequestContext | None:
+                hints: list[tuple[str, str]]) -> RequestContext | None:
         return None
 
     def start(

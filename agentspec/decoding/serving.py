@@ -43,10 +43,10 @@ class ServingDecoder:
         self.plain = PlainGenerator()
 
     def context(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]],
-                hints: list[str]) -> RequestContext:
+                hints: list[tuple[str, str]]) -> RequestContext:
         box = HintBox()
-        for text in hints:
-            box.put(text, source="hint.client")
+        for text, source in hints:
+            box.put(text, source=source)
         return RequestContext(tools=tools, messages=messages, hints=box)
 
     def start(

@@ -32,24 +32,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentspec.decoding.drafter import DraftRequest
+from agentspec.decoding.grammar import render_call
 from agentspec.decoding.greedy import GreedyChooser
 from agentspec.decoding.kv_cache import TargetSequence
 from agentspec.decoding.token_tree import TokenTree
 from agentspec.models.local import LocalModel, require
 
-__all__ = ["Sidecar", "SidecarJob", "render_call"]
+__all__ = ["Sidecar", "SidecarJob"]
 
 _JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
-
-
-def render_call(name: str, arguments: dict[str, Any]) -> str:
-    """A call as the tool grammar writes it.
-
-    >>> render_call("f", {"x": 1})
-    '<tool_call>\\n{"name": "f", "arguments": {"x": 1}}\\n</tool_call>'
-    """
-    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-    return f"<tool_call>\n{body}\n</tool_call>"
 
 
 @dataclass

@@ -69,7 +69,7 @@ def _progress(args: argparse.Namespace, text: str) -> None:
 
 def _trajectories(args: argparse.Namespace, bench: Any) -> tuple[list[MinedTrajectory], dict[str, int], list[str]]:
     split_ids = {task.id for task in bench.tasks(args.split)}
-    gold = [] if args.no_gold else gold_trajectories(bench, args.split, source=f"gold:{args.bench}/{args.split}")
+    gold = [] if args.no_gold else anyio.run(gold_trajectories, bench, args.split, f"gold:{args.bench}/{args.split}")
     runs: list[MinedTrajectory] = []
     outside = 0
     sources = [] if args.no_gold else [f"gold:{args.bench}/{args.split}"]

@@ -23,13 +23,15 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from agentspec.env import Environment
 from agentspec.errors import ConfigError
-from agentspec.types import Message, Observation, ToolCall
+from agentspec.bench.protocol import solo_calls
+from agentspec.snapshot import SnapshotBackend
+from agentspec.types import Message, Observation, Requestor, ToolCall
 
 Step = tuple[ToolCall, Observation | None]
 
@@ -52,13 +54,13 @@ class MinedTrajectory:
 
 
 class GoldBench(Protocol):
-    """What :func:`gold_trajectories` needs from a bench (``TelecomBench`` has it)."""
+    """What :func:`gold_trajectories` needs from a bench (every :class:`agentspec.Bench` has it)."""
 
-    def tasks(self, split: str = ..., task_ids: list[str] | None = ..., limit: int | None = ...) -> list[Any]: ...
+    def tasks(self, split: str, task_ids: list[str] | None = ..., limit: int | None = ...) -> list[Any]: ...
 
-    def gold_calls(self, task: Any) -> list[ToolCall]: ...
+    def gold_actions(self, task: Any) -> list[tuple[Requestor, ToolCall]]: ...
 
-    def environment(self, task: Any, *, solo: bool = ...) -> Any: ...
+    def open_backend(self, task: Any, *, solo: bool) -> AbstractAsyncContextManager[SnapshotBackend]: ...
 
 
 def trajectory_from_messages(task_id: str, messages: Sequence[Message], source: str) -> MinedTrajectory:
@@ -118,19 +120,16 @@ def read_results(path: str | Path, *, min_reward: float = 1.0) -> list[MinedTraj
     return out
 
 
-def replay(env: Environment, calls: Sequence[ToolCall]) -> list[Observation]:
-    """Run ``calls`` in order on ``env`` (as the agent) and return their observations."""
-    return [env.execute(call) for call in calls]
-
-
-def gold_trajectories(bench: GoldBench, split: str, *, source: str | None = None) -> list[MinedTrajectory]:
-    """Each task's gold calls of ``split``, replayed in a fresh solo environment for their observations."""
+async def gold_trajectories(bench: GoldBench, split: str, source: str | None = None) -> list[MinedTrajectory]:
+    """Each task's gold calls of ``split``, made by a solo agent in a fresh environment for their observations
+    (the bench's own backend: in-process, overlay, Docker...)."""
     out = []
     for task in bench.tasks(split):
-        calls = bench.gold_calls(task)
+        calls = solo_calls(bench.gold_actions(task))
         if not calls:
             continue
-        observations = replay(bench.environment(task, solo=True), calls)
+        async with bench.open_backend(task, solo=True) as backend:
+            observations = [await backend.execute(call) for call in calls]
         out.append(MinedTrajectory(task.id, source or f"gold:{split}", tuple(zip(calls, observations, strict=True))))
     return out
 

@@ -28,8 +28,9 @@ from agentspec.errors import ConfigError
 from agentspec.types import canonical_json
 
 FILE = "responses.jsonl"
-VOLATILE = ("agentspec_request_id",)
-"""``extra_body`` fields that name a request but do not change its answer."""
+VOLATILE = ("agentspec_request_id", "agentspec_predicted_calls")
+"""``extra_body`` fields that do not change a request's answer: its name for SPORK's hints, and the speculator's
+predicted calls (draft hints: they change how fast the answer comes, not what it is, and depend on timing)."""
 
 
 class ReplayMiss(ConfigError):

@@ -245,10 +245,14 @@ def _usage(usage: Any) -> Usage | None:
     if not isinstance(usage, dict):
         return None
     details = usage.get("prompt_tokens_details") or {}
+    decoding = usage.get("agentspec_decoding") if isinstance(usage.get("agentspec_decoding"), dict) else {}
+    accepted = decoding.get("accepted_by_source") if isinstance(decoding.get("accepted_by_source"), dict) else None
     return Usage(
         prompt_tokens=usage.get("prompt_tokens") or 0,
         completion_tokens=usage.get("completion_tokens") or 0,
         cached_tokens=details.get("cached_tokens"),
+        forwards=decoding.get("target_forwards"),
+        hint_tokens=sum(n for s, n in accepted.items() if s.startswith("hint.speculator")) if accepted is not None else None,
     )
 
 

@@ -34,6 +34,10 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int | None = None
+    forwards: int | None = None
+    """Target-model forwards the answer took (``agentspec serve --decoder toolspec`` reports them)."""
+    hint_tokens: int | None = None
+    """Tokens accepted from a speculator's predicted calls (draft source ``hint.speculator``), when reported."""
 
 
 class TopLogprob(BaseModel):

@@ -44,7 +44,7 @@ from agentspec.runtime.latency import LatencyModel, estimate_tokens
 from agentspec.runtime.macro_commit import try_macro
 from agentspec.runtime.modes import BASE_MODES, BaseMode
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
-from agentspec.runtime.policies import Decision, DraftedHistory, History, Policy
+from agentspec.runtime.policies import Decision, DraftedHistory, History, Policy, PredictedHistory
 from agentspec.runtime.probe import Prober
 from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
 from agentspec.runtime.spork import Spork, SporkConfig
@@ -250,12 +250,19 @@ class ExecutionLoop:
         if self.config.speculate_first and self.config.mode != "sequential":
             await self._chain_settled()
         started = anyio.current_time()
+        head = self.chain_head()
+        # The speculator's next call rides along as a draft hint for the authority's decoder (never a decision).
+        history = PredictedHistory(self._history(), [head.call] if head is not None and head.executable else [])
         if self.spork is not None and self._group is not None:
-            decision = await self.spork.decide(self.authority, self._history(), self._group)
+            decision = await self.spork.decide(self.authority, history, self._group)
         else:
-            decision = await self.authority.decide(self._history())
+            decision = await self.authority.decide(history)
         ended = anyio.current_time()
         self.metrics.authority_calls += 1
+        if decision.forwards is not None:
+            self.metrics.authority_reported_calls += 1
+            self.metrics.authority_forwards += decision.forwards
+            self.metrics.authority_hint_tokens += decision.hint_tokens or 0
         self.metrics.authority_wait_s += ended - started
         label = decision.call.name if decision.call else "done"
         self.timeline.add("authority", started - self._t0, ended - self._t0, label)

@@ -54,6 +54,12 @@ class ExecutionMetrics:
     early_dispatches: int = 0
     commits_spork: int = 0
     time_overlapped_s: float = 0.0
+    authority_reported_calls: int = 0
+    """Authority decisions whose endpoint reported its decoding (``agentspec serve --decoder toolspec``)."""
+    authority_forwards: int = 0
+    """Target-model forwards those decisions took."""
+    authority_hint_tokens: int = 0
+    """Of their tokens, those accepted from the speculator's predicted call (draft source ``hint.speculator``)."""
     predictions_by_depth: list[int] = field(default_factory=list)
     """[d-1]: speculator drafts standing at chain depth d when the authority decided a step."""
     hits_by_depth: list[int] = field(default_factory=list)
@@ -125,6 +131,8 @@ def aggregate(per_task: Sequence[ExecutionMetrics]) -> dict[str, Any]:
         rates = [round(hit / n, 4) if n else None for hit, n in zip(hits, made, strict=True)]
         out[f"speculator_{kind}hit_rate_by_depth"] = rates
         out[f"speculator_{kind}hit_rate"] = rates[0] if rates else None  # the next call, what SA confirms
+    reported = out["authority_reported_calls"]
+    out["authority_forwards_per_call"] = round(out["authority_forwards"] / reported, 3) if reported else None
     walls = [m.wall_s for m in per_task]
     out["p50_wall_s"] = round(percentile(walls, 0.5), 4)
     out["p95_wall_s"] = round(percentile(walls, 0.95), 4)

@@ -38,6 +38,17 @@ class DraftedHistory(list[tuple[ToolCall, Observation | None]]):
         self.committed = len(committed)
 
 
+class PredictedHistory(list[tuple[ToolCall, Observation | None]]):
+    """The committed history, with the calls a speculator predicts the next decision makes (``predicted``).
+
+    A model policy may pass them to its endpoint as draft hints (``agentspec serve`` drafts them; the answer
+    stays what it would have been); every other policy reads it as the plain history it is."""
+
+    def __init__(self, committed: History, predicted: Sequence[ToolCall]) -> None:
+        super().__init__(committed)
+        self.predicted = list(predicted)
+
+
 def committed_steps(history: History) -> int:
     """How many steps of ``history`` are committed (drafts that continue it are not)."""
     return history.committed if isinstance(history, DraftedHistory) else len(history)
@@ -55,6 +66,10 @@ class Decision:
     """Text the model wrote instead of a call (a protocol error in solo mode)."""
     final: dict[str, Any] | None = None
     """The arguments of the ``done`` call that ended the task (e.g. a final answer)."""
+    forwards: int | None = None
+    """Target-model forwards the answer took, where the endpoint reports them (``agentspec serve --decoder toolspec``)."""
+    hint_tokens: int | None = None
+    """Of its tokens, those accepted from the speculator's predicted calls (``hint.speculator``)."""
 
 
 class Policy(Protocol):
@@ -152,6 +167,9 @@ class LLMPolicy:
     answer_prefix: str = ""
     """Text every answer starts with (``"<think>\n"``, ``"Thought:"``): sent as an unfinished assistant
     message the endpoint continues (``continue_final_message``), so the model reasons before it calls."""
+    predicted_hints: bool = False
+    """Send the speculator's predicted calls (a :class:`PredictedHistory`) as ``agentspec_predicted_calls``: the
+    ToolSpec decoder drafts them, so a right prediction is verified in a forward or two instead of one per token."""
     conversation: bool = False
     """Normal mode: a text answer is a message to the user (:data:`~agentspec.runtime.conversation.SAY`)."""
     _queued: list[ToolCall] = field(default_factory=list)
@@ -160,7 +178,7 @@ class LLMPolicy:
     async def decide(self, history: History) -> Decision:
         if self._queued:
             return Decision(call=self._queued.pop(0))
-        result = await self.client.chat(self._messages(history), **self._request())
+        result = await self.client.chat(self._messages(history), **self._request(history))
         return self._decision(result)
 
     async def decide_streaming(
@@ -174,7 +192,7 @@ class LLMPolicy:
         if self._queued:
             return Decision(call=self._queued.pop(0))
         text, tokens = "", 0
-        request = self._request()
+        request = self._request(history)
         if request_id is not None:
             request["extra_body"] = {**request.get("extra_body", {}), "agentspec_request_id": request_id}
         async with self.client.stream_chat(self._messages(history), **request) as stream:
@@ -193,16 +211,23 @@ class LLMPolicy:
             messages.append(Message(role="assistant", content=self.answer_prefix))
         return messages
 
-    def _request(self) -> dict[str, Any]:
+    def _request(self, history: History = ()) -> dict[str, Any]:
         request: dict[str, Any] = {"tools": self.tools, "tool_choice": self.tool_choice, "temperature": self.temperature,
                                    "max_tokens": self.max_tokens}
+        extra: dict[str, Any] = {}
         if self.answer_prefix:
-            request["extra_body"] = {"continue_final_message": True, "add_generation_prompt": False}
+            extra |= {"continue_final_message": True, "add_generation_prompt": False}
+        predicted = getattr(history, "predicted", None)
+        if self.predicted_hints and predicted:
+            extra["agentspec_predicted_calls"] = [{"name": c.name, "arguments": c.arguments} for c in predicted]
+        if extra:
+            request["extra_body"] = extra
         return request
 
     def _decision(self, result: ChatResult) -> Decision:
         usage = result.usage
-        tokens = {"prompt_tokens": usage.prompt_tokens if usage else 0, "output_tokens": usage.completion_tokens if usage else 0}
+        tokens = {"prompt_tokens": usage.prompt_tokens if usage else 0, "output_tokens": usage.completion_tokens if usage else 0,
+                  "forwards": usage.forwards if usage else None, "hint_tokens": usage.hint_tokens if usage else None}
         calls = result.message.tool_calls
         if not calls:
             if result.invalid_tool_calls:

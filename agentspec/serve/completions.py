@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from agentspec.decoding.generation import RequestContext, SamplingParams, TokenOut
-from agentspec.decoding.grammar import GrammarConstraint, ToolDef, schema_error, tool_grammar
+from agentspec.decoding.grammar import GrammarConstraint, ToolDef, render_call, schema_error, tool_grammar
 from agentspec.errors import ConfigError
 from agentspec.models.parsing import extract_tool_calls
 from agentspec.serve.engine import Engine
@@ -98,7 +98,9 @@ def _context(request: ChatRequest, engine: Engine) -> RequestContext | None:
     tools = [tool.function.model_dump(exclude_none=True) for tool in request.tools or []] \
         if request.tools_active else []
     messages = [{"role": m.role, "content": m.text()} for m in request.messages]
-    return engine.decoder.context(tools, messages, list(request.agentspec_hints or []))
+    hints = [(text, "hint.client") for text in request.agentspec_hints or []]
+    hints += [(render_call(p.name, p.arguments), f"hint.{p.source}") for p in request.agentspec_predicted_calls or []]
+    return engine.decoder.context(tools, messages, hints)
 
 
 PROBE_CHARS_PER_TOKEN = 8

@@ -88,6 +88,16 @@ class NamedChoice(_Lenient):
     function: dict[str, str]
 
 
+class PredictedCall(BaseModel):
+    """A call predicted for the answer (``agentspec_predicted_calls``), and who predicted it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=256)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    source: Literal["speculator", "macro"] = "speculator"
+
+
 class ChatRequest(_Lenient):
     """The fields of ``POST /v1/chat/completions`` the server honours."""
 
@@ -112,6 +122,9 @@ class ChatRequest(_Lenient):
     """vLLM's extension: keep generating past end-of-sequence (benchmarks)."""
     agentspec_hints: list[str] | None = None
     """Predicted completion texts for the ToolSpec decoder to draft from (agentspec.decoding.hint_drafter)."""
+    agentspec_predicted_calls: list[PredictedCall] | None = Field(default=None, max_length=8)
+    """Calls a speculator predicts this answer makes: drafted as the tool grammar writes them (``hint.speculator``,
+    ``hint.macro``).  Like every hint they change how fast the answer comes, never what it is."""
     continue_final_message: bool = False
     """vLLM's extension: the last (assistant) message is unfinished; generation continues its text."""
     add_generation_prompt: bool = True

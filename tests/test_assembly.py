@@ -273,3 +273,31 @@ def test_mining_labels_through_the_workspace_overlay_backend(tmp_path, capsys):
     assert code == 0 and summary["trajectories"]["gold"] == 6 and summary["funnel"]["labels"] > 0
     library = json.loads((tmp_path / "macros.json").read_text())
     assert library["bench"] == "workspace-demo" and all(len(m["steps"]) >= 2 for m in library["macros"])
+
+
+def test_an_llm_agent_and_an_llm_user_in_normal_mode_through_the_executor(tau2_dir, tmp_path, capsys):
+    from scripted_openai_server import ScriptedOpenAIServer
+
+    def responder(request):
+        if request["model"] == "agent":  # a text answer is a message to the user
+            return {"content": "Please turn off airplane mode."}
+        agent_texts = sum(1 for m in request["messages"] if m["role"] == "user")  # the user's view swaps roles
+        if agent_texts == 1:
+            return {"content": "My phone has no service."}
+        if not any(m["role"] == "tool" for m in request["messages"]):
+            return {"tool_calls": [{"name": "toggle_airplane_mode", "arguments": {}}]}
+        return {"content": "It works now, thanks. ###STOP###"}
+
+    with ScriptedOpenAIServer(responder, models=("agent", "user")) as srv:
+        summary = run(capsys, "--bench", "tau2-telecom", "--task-ids", "[service_issue]airplane_mode_on[PERSONA:None]",
+                      "--mode", "sequential,sa", "--agent-model", f"{srv.base_url}#agent", "--user-model",
+                      f"{srv.base_url}#user", "--speculator-model", f"{srv.base_url}#agent", "--data-dir", str(tau2_dir),
+                      "--out", str(tmp_path))
+    assert summary["play"] == "normal"
+    for mode in ("sequential", "sa"):
+        assert summary["modes"][mode]["reward_mean"] == 1.0 and summary["modes"][mode]["terminations"] == {"user_stop": 1}
+    record = json.loads((tmp_path / "results.json").read_text())["episodes"]["sa"][0]
+    assert [(m["role"], m.get("content")) for m in record["messages"] if not m.get("tool_calls")][:4] == [
+        ("assistant", "Hi! How can I help you today?"), ("user", "My phone has no service."),
+        ("assistant", "Please turn off airplane mode."), ("tool", record["messages"][4]["content"])]
+    assert record["execution"]["metrics"]["speculative_tool_calls"] == 0  # a message to the user is never run ahead

@@ -199,7 +199,8 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
         try:
             result = await loop.run()
             trajectory = steps_trajectory(task.id, result.steps, result.termination)
-            evaluation = await bench.evaluate(task, result.steps, result.termination, solo=solo, live=backend)
+            evaluation = await bench.evaluate(task, result.steps, result.termination, solo=solo, live=backend,
+                                              final=result.final)
         except ReplayMiss:
             raise  # a replay that lacks an answer replays nothing: the whole run is wrong, not this episode
         except AgentSpecError as exc:
@@ -294,7 +295,7 @@ def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Outcome:
         if spec.bench is None:
             raise ConfigError("a run needs a bench (--bench)")
         bench = open_bench(spec.bench, spec.data_dir, backend=spec.backend, max_steps=spec.max_steps,
-                           max_errors=spec.max_errors)
+                           max_errors=spec.max_errors, options=spec.bench_options)
     if not spec.solo and not bench.has_user and spec.agent == "llm" and spec.user_model:
         raise ConfigError(f"{bench.name} has no user simulator: drop --user-model")
     tasks = select_tasks(spec, bench)

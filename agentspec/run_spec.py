@@ -48,6 +48,8 @@ class RunSpec(BaseModel):
     data_dir: str | None = None
     backend: str | None = None
     """The bench's environment backend where it offers several (``overlay``, ``copy``, ``docker``)."""
+    bench_options: dict[str, Any] = Field(default_factory=dict)
+    """The bench's own settings (GAIA: ``levels`` such as ``"1,2"``, ``search`` backend name)."""
     split: str | None = None
     """None: the bench's default split."""
     task_ids: list[str] | None = None

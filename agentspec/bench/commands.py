@@ -177,6 +177,17 @@ def plain_run_command(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+# --- score --------------------------------------------------------------------------
+
+
+def score_command(args: argparse.Namespace) -> dict[str, Any]:
+    """``agentspec score``: a submission file scored by the bench's own scorer (GAIA's official rules)."""
+    bench = open_bench(args.bench, args.data_dir)
+    if not hasattr(bench, "score_answers"):
+        raise ConfigError(f"{args.bench} has no answers to score against: agentspec score is for benches like gaia")
+    return {"bench": args.bench, **bench.score_answers(args.answers, split=args.split or bench.default_split)}
+
+
 # --- tasks --------------------------------------------------------------------------
 
 

@@ -92,9 +92,11 @@ class Bench(Protocol[T]):
         ...
 
     async def evaluate(
-        self, task: T, steps: Sequence[Step], termination: TerminationReason, *, solo: bool, live: SnapshotBackend
+        self, task: T, steps: Sequence[Step], termination: TerminationReason, *, solo: bool, live: SnapshotBackend,
+        final: dict[str, Any] | None = None,
     ) -> Score:
-        """Score a finished episode from its committed steps (``live``: the environment they left)."""
+        """Score a finished episode from its committed steps (``live``: the environment they left; ``final``: the
+        arguments of the agent's closing ``done`` call, e.g. its answer)."""
         ...
 
 

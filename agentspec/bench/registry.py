@@ -7,6 +7,7 @@ knows where each benchmark lives.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from agentspec.errors import ConfigError
 BENCHES: dict[str, str] = {
     "tau2-telecom": "envs.tau2_telecom.bench:TelecomBench",
     "workspace-demo": "envs.workspace.bench:WorkspaceBench",
+    "gaia": "envs.gaia.bench:GaiaBench",
 }
 TAU2_DOMAINS = frozenset({"tau2-telecom"})
 """Benches that are tau2 domains: :class:`~agentspec.bench.tau2.harness.Tau2Bench` wraps them."""
@@ -35,20 +37,21 @@ def _load(table: dict[str, str], name: str, what: str) -> Any:
 
 
 def open_bench(name: str, data_dir: str | Path | None = None, *, backend: str | None = None, max_steps: int = 200,
-               max_errors: int = 10) -> Bench[Any]:
+               max_errors: int = 10, options: Mapping[str, Any] | None = None) -> Bench[Any]:
     """The bench registered under ``name``, with its data from ``data_dir`` (or where the bench looks by default).
 
     ``backend`` picks the environment backend of a bench that offers several (``overlay``, ``copy``,
-    ``docker``); ``max_steps`` and ``max_errors`` bound tau2's own episode loop.
+    ``docker``); ``max_steps`` and ``max_errors`` bound tau2's own episode loop; ``options`` are the bench's own
+    settings (GAIA: ``levels``, ``search``).
     """
     cls = _load(BENCHES, name, "bench")
     if name in TAU2_DOMAINS:
-        if backend is not None:
-            raise ConfigError(f"{name} runs in-process: --backend does not apply")
+        if backend is not None or options:
+            raise ConfigError(f"{name} runs in-process and takes no bench options (--backend, --level, --search-backend)")
         from agentspec.bench.tau2.harness import Tau2Bench
 
         return Tau2Bench(cls.from_data_dir(data_dir), max_steps=max_steps, max_errors=max_errors)
-    return cls.from_data_dir(data_dir, **({"backend": backend} if backend else {}))
+    return cls.from_data_dir(data_dir, **({"backend": backend} if backend else {}), **dict(options or {}))
 
 
 def data_spec(name: str) -> DataSpec:

@@ -3,6 +3,7 @@
     agentspec run --bench tau2-telecom --split base --agent oracle --data-dir DIR --out DIR
     agentspec run --bench tau2-telecom --split small --agent-model URL_OR_NAME --user-model URL_OR_NAME
     agentspec evaluate --bench tau2-telecom --task-id ID --actions FILE.json [--end agent|user]
+    agentspec score --bench gaia --answers FILE.jsonl --data-dir DIR
     agentspec tasks --bench tau2-telecom [--split S] [--json]
     agentspec data pull tau2-telecom [--from-checkout DIR | --wheel FILE]
     agentspec report RUN_DIR [RUN_DIR ...] --out FILE.html
@@ -25,7 +26,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from agentspec.cli import data, evaluate, mine, models, report, run, sandbox, serve, tasks
+from agentspec.cli import data, evaluate, mine, models, report, run, sandbox, score, serve, tasks
 from agentspec.errors import AgentSpecError, UsageError
 
 __all__ = ["COMMAND_GROUPS", "EXIT_USAGE", "build_parser", "main"]
@@ -34,8 +35,8 @@ EXIT_USAGE = 2
 
 # One module per command, each adding its subcommand; a subcommand names its handler as "module:function"
 # (imported only when that command runs, so startup stays light), taking the parsed args and returning the JSON summary.
-COMMAND_GROUPS: list[Callable[[Any], None]] = [module.add_parser for module in (run, evaluate, tasks, data, models, serve,
-                                                                                  sandbox, mine, report)]
+COMMAND_GROUPS: list[Callable[[Any], None]] = [module.add_parser for module in (run, evaluate, score, tasks, data, models,
+                                                                                  serve, sandbox, mine, report)]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -28,6 +28,9 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     run.add_argument("--report", action="store_true", help="write OUT/report.html (agentspec report) at the end; needs --out")
     add_data_dir(run)
+    run.add_argument("--level", help="GAIA: the levels to run, e.g. 1,2")
+    run.add_argument("--search-backend", help="GAIA: web search backend (local: the data folder's corpus/; brave, "
+                     "serper, tavily: hosted APIs, keys in BRAVE_API_KEY / SERPER_API_KEY / TAVILY_API_KEY)")
     run.add_argument("--backend", choices=["overlay", "copy", "docker"],
                      help="environment backend, for a bench that offers several (workspace-demo: overlay by default)")
     spec = run.add_argument_group("speculative execution (normal or --solo)")

@@ -46,6 +46,7 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
                           probe_accuracy=args.probe_accuracy, probe_opening=args.probe_opening)
     spec = RunSpec.of(
         bench=args.bench, data_dir=args.data_dir, backend=getattr(args, "backend", None), split=args.split,
+        bench_options={k: v for k, v in (("levels", args.level), ("search", args.search_backend)) if v},
         task_ids=task_ids, limit=args.limit, trials=args.trials, solo=args.solo, agent=agent,
         **{f"{role}_{what}": getattr(args, f"{role}_{what}", None) for role in ("agent", "user", "speculator")
            for what in ("model", "base_url")},
@@ -69,7 +70,20 @@ def _metrics_of(episodes: list[Any]) -> list[ExecutionMetrics]:
 
 def _mode_summary(episodes: list[Any], wall_s: float) -> dict[str, Any]:
     """One mode's figures (``wall_s`` is that mode's share of the run)."""
-    return summarize(episodes, wall_s) | aggregate(_metrics_of(episodes))
+    return summarize(episodes, wall_s) | _accuracy(episodes) | aggregate(_metrics_of(episodes))
+
+
+def _accuracy(episodes: list[Any]) -> dict[str, Any]:
+    """``accuracy`` and ``accuracy_by_level`` for a bench whose scores name a level (GAIA); nothing otherwise."""
+    records = [e.record() for e in episodes]
+    levels = [(r.get("evaluation") or {}).get("level") for r in records]
+    if not records or any(level is None for level in levels):
+        return {}
+    by_level: dict[str, list[float]] = {}
+    for record, level in zip(records, levels, strict=True):
+        by_level.setdefault(str(level), []).append(record["reward"])
+    return {"accuracy": round(sum(r["reward"] for r in records) / len(records), 4),
+            "accuracy_by_level": {k: round(sum(v) / len(v), 4) for k, v in sorted(by_level.items())}}
 
 
 def _baseline_wall(path: Path) -> tuple[Path, str | None, dict[str, Any]]:

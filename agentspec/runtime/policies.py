@@ -88,16 +88,30 @@ def gold_pointer(gold: Sequence[ToolCall], history: History) -> int:
     return pointer
 
 
+DONE = "done"
+"""A gold call of this name is the end of the task; its arguments are the final answer (GAIA's ``answer``)."""
+
+
+def next_gold(gold: Sequence[ToolCall], history: History) -> ToolCall | None:
+    """The next gold call after ``history``; None once the gold calls (or a gold ``done``) are reached."""
+    pointer = gold_pointer(gold, history)
+    call = gold[pointer] if pointer < len(gold) else None
+    return None if call is None or call.name == DONE else call
+
+
 @dataclass
 class OracleAuthority:
-    """Makes the task's gold calls in order, then says done."""
+    """Makes the task's gold calls in order, then says done (with a gold ``done`` call's arguments as its final)."""
 
     gold: list[ToolCall]
 
     async def decide(self, history: History) -> Decision:
-        pointer = gold_pointer(self.gold, history)
-        call = self.gold[pointer] if pointer < len(self.gold) else None
-        return Decision(call=call, output_tokens=estimate_tokens(call.canonical()) if call else 1)
+        call = next_gold(self.gold, history)
+        if call is None:
+            pointer = gold_pointer(self.gold, history)
+            final = self.gold[pointer].arguments if pointer < len(self.gold) else None
+            return Decision(call=None, output_tokens=1, final=final)
+        return Decision(call=call, output_tokens=estimate_tokens(call.canonical()))
 
 
 @dataclass
@@ -115,8 +129,7 @@ class NoisyOracleSpeculator:
     seed: int = 0
 
     async def decide(self, history: History) -> Decision:
-        pointer = gold_pointer(self.gold, history)
-        truth = self.gold[pointer] if pointer < len(self.gold) else None
+        truth = next_gold(self.gold, history)
         # Seeded by the context (what a model would condition on), so a new context is a new draw.
         context = "|".join(call.canonical() for call, _ in history)
         digest = hashlib.sha256(f"{self.seed}|{self.task_id}|{context}".encode()).digest()

@@ -29,7 +29,7 @@ from agentspec.errors import ModelError
 from agentspec.models import ModelClient
 from agentspec.models.parsing import extract_tool_calls
 from agentspec.runtime.latency import estimate_tokens
-from agentspec.runtime.policies import History, gold_pointer, history_messages
+from agentspec.runtime.policies import History, history_messages, next_gold
 from agentspec.types import Message, ToolCall, ToolSpec
 
 FENCED_OPENING = '```json\n{\n  "name": "'
@@ -189,8 +189,7 @@ class SimulatedProber:
     seed: int = 0
 
     async def probe(self, history: History, partial: str, hint_for: str | None = None) -> ProbeResult:
-        pointer = gold_pointer(self.gold, history)
-        truth = self.gold[pointer] if pointer < len(self.gold) else None
+        truth = next_gold(self.gold, history)
         context = "|".join(call.canonical() for call, _ in history) + f"|{len(partial)}"
         rng = random.Random(int.from_bytes(hashlib.sha256(f"{self.seed}|{self.task_id}|{context}".encode()).digest()[:8], "big"))
         if truth is not None and rng.random() < self.p_hit:

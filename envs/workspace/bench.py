@@ -187,6 +187,7 @@ class WorkspaceBench:
         *,
         solo: bool,
         live: SnapshotBackend,
+        final: dict[str, Any] | None = None,
     ) -> WorkspaceScore:
         """Check the final files through read-only calls on ``live``; reward 1.0 iff all hold after AGENT_STOP.
 

@@ -145,7 +145,7 @@ class Tau2Bench:
         return PartyUser(LLMParty("user", client, self.domain.user_prompt(task), env.tool_specs("user")))
 
     async def evaluate(self, task: Any, steps: Sequence[Step], termination: TerminationReason, *, solo: bool,
-                       live: SnapshotBackend | None = None) -> Evaluation:
+                       live: SnapshotBackend | None = None, final: dict[str, Any] | None = None) -> Evaluation:
         return self.evaluate_trajectory(task, trajectory_of(task.id, steps, termination), solo=solo)
 
     # --- tau2's own episode loop (plain runs, ``agentspec evaluate``) ------------------

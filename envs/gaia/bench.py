@@ -1,0 +1,209 @@
+"""GAIA as a bench: a question, its attachment, file and web tools, and the official scorer.
+
+GAIA's questions are gated on the Hugging Face hub and may not be reshared, so the data is the user's own folder
+(:mod:`envs.gaia.dataset`); ``tests/data/gaia-format`` holds a few questions of our own in the same format, with
+the calls an oracle agent makes, so the harness runs in CI.
+
+The agent works alone (solo): it reads the attachment, searches and fetches pages, and ends with
+``done(answer=...)``; the answer is scored with GAIA's rules (:mod:`envs.gaia.scorer`).  Every tool only reads
+(files, a search index, pages cached per run), so each is ``read_only``: a speculative call the authority
+confirms is answered from its fork, and nothing is ever undone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, NoReturn, Self
+
+from pydantic import BaseModel
+
+from agentspec import ModelClient
+from agentspec.env import StateSnapshot
+from agentspec.errors import ConfigError
+from agentspec.snapshot import InProcessBackend, SnapshotBackend
+from agentspec.tools import Toolkit, tool
+from agentspec.types import Effect, Observation, Requestor, Step, TerminationReason, ToolCall, ToolSpec
+from envs.gaia.dataset import GaiaData, GaiaTask, read_answers, score
+from envs.gaia.files import read_file
+from envs.gaia.scorer import question_scorer
+from envs.gaia.web import CachedWeb, WebBackend, web_backend
+
+INSTRUCTIONS = (
+    "You are a general assistant answering a question with tools: read the attached file, search the web and "
+    "read pages as needed. When you know the answer, call `done` with it. The answer must be as short as "
+    "possible: a number (digits, no thousands separators, no units unless asked), a few words (no articles, no "
+    "abbreviations), or a comma separated list of such items."
+)
+DONE_TOOL = ToolSpec(
+    name="done",
+    description="Give the final answer and finish.",
+    parameters={"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+    effect=Effect.READ_ONLY,
+)
+
+
+class GaiaScore(BaseModel):
+    """One question's score: the answer given, the reference, and GAIA's verdict."""
+
+    reward: float
+    correct: bool | None
+    """None where the split has no reference answers (GAIA's test split: its leaderboard scores them)."""
+    answer: str | None
+    ground_truth: str | None
+    level: int
+    termination: TerminationReason
+
+
+class GaiaTools(Toolkit):
+    """What the agent can do for one question: its attachment, web search and page fetch (all read-only)."""
+
+    def __init__(self, task: GaiaTask, web: WebBackend | None) -> None:
+        self.task = task
+        self.web = web
+
+    @tool(Effect.READ_ONLY)
+    def read_attachment(self) -> str:
+        """Read the file attached to the question (text, tables, documents, slides, PDFs, images, archives)."""
+        if self.task.file_path is None:
+            raise ConfigError("this question has no attached file")
+        return read_file(self.task.file_path)
+
+    @tool(Effect.READ_ONLY)
+    def web_search(self, query: str, k: int = 5) -> list[dict[str, str]]:
+        """Search the web.
+
+        Args:
+            query: What to search for.
+            k: How many results to return.
+        """
+        if self.web is None:
+            raise ConfigError("no search backend is configured (--search-backend local|brave|serper|tavily)")
+        return [{"title": r.title, "url": r.url, "snippet": r.snippet} for r in self.web.search(query, k)]
+
+    @tool(Effect.READ_ONLY)
+    def fetch_page(self, url: str) -> str:
+        """Read a web page as text.
+
+        Args:
+            url: The page's address (from a search result).
+        """
+        if self.web is None:
+            raise ConfigError("no search backend is configured (--search-backend local|brave|serper|tavily)")
+        return self.web.fetch(url)
+
+
+class GaiaEnvironment:
+    """One question's tools as an :class:`agentspec.env.Environment`.  Nothing in it changes, so a fork shares it."""
+
+    solo = True
+
+    def __init__(self, tools: GaiaTools) -> None:
+        self.tools = tools
+
+    def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
+        return self.tools.specs()
+
+    def effect(self, name: str) -> Effect:
+        return self.tools.effect(name) if self.tools.has_tool(name) else Effect.EXTERNAL
+
+    def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
+        return self.tools.run(call, requestor)
+
+    def snapshot(self) -> StateSnapshot:
+        return StateSnapshot(data=b"")
+
+    def restore(self, snapshot: StateSnapshot) -> Self:
+        return self  # read-only tools: every fork may share the one environment
+
+
+class GaiaBench:
+    """GAIA questions from the user's folder, played solo (the :class:`agentspec.Bench` protocol)."""
+
+    name = "gaia"
+    has_user = False
+    default_split = "validation"
+    in_process = True
+
+    def __init__(self, data: GaiaData, *, levels: Sequence[int] | None = None, search: str | None = None) -> None:
+        self.data = data
+        self.levels = list(levels) if levels else None
+        corpus = data.root / "corpus"
+        name = search or ("local" if corpus.is_dir() else None)
+        # One cache per run: a page a speculative call fetched is not fetched again when the authority asks.
+        self.web: WebBackend | None = CachedWeb(web_backend(name, corpus if corpus.is_dir() else None)) if name else None
+
+    @classmethod
+    def from_data_dir(cls, data_dir: str | Path | None = None, *, levels: str | Sequence[int] | None = None,
+                      search: str | None = None, **ignored: Any) -> GaiaBench:
+        """The user's GAIA folder (``--data-dir`` or ``$AGENTSPEC_GAIA_DATA``); ``levels`` like ``"1,2"``."""
+        if isinstance(levels, str):
+            try:
+                levels = [int(level) for level in levels.split(",") if level.strip()]
+            except ValueError:
+                raise ConfigError(f"--level {levels!r}: give levels 1, 2 or 3, comma-separated") from None
+        if levels and any(level not in (1, 2, 3) for level in levels):
+            raise ConfigError(f"--level {levels}: GAIA's levels are 1, 2 and 3")
+        return cls(GaiaData.locate(data_dir), levels=levels, search=search)
+
+    # --- the Bench protocol --------------------------------------------------------
+
+    def tasks(self, split: str = "validation", task_ids: list[str] | None = None, limit: int | None = None) -> list[GaiaTask]:
+        return self.data.tasks(split, levels=self.levels, task_ids=task_ids, limit=limit)
+
+    def task(self, task_id: str) -> GaiaTask:
+        for split in self.data.splits():
+            found = self.data.tasks(split, task_ids=None)
+            for task in found:
+                if task.id == task_id:
+                    return task
+        raise ConfigError(f"unknown GAIA task id {task_id!r}")
+
+    @asynccontextmanager
+    async def open_backend(self, task: GaiaTask, *, solo: bool) -> AsyncIterator[SnapshotBackend]:
+        yield InProcessBackend(GaiaEnvironment(GaiaTools(task, self.web)))
+
+    def tools(self, task: GaiaTask, *, solo: bool) -> list[ToolSpec]:
+        return [*GaiaTools(task, self.web).specs(), DONE_TOOL]
+
+    def system_prompt(self, task: GaiaTask, *, solo: bool) -> str:
+        attached = f"\n\nAttached file: {task.file_name}" if task.file_name else ""
+        return f"{INSTRUCTIONS}\n\n<question>\n{task.question}\n</question>{attached}"
+
+    def gold_actions(self, task: GaiaTask) -> list[tuple[Requestor, ToolCall]]:
+        return [("assistant", call) for call in task.gold_calls]
+
+    def distractors(self) -> list[ToolCall]:
+        """Every distinct gold call of the folder's questions but the answers, plus a read of the attachment."""
+        seen: dict[str, ToolCall] = {"read_attachment": ToolCall(name="read_attachment")}
+        for split in self.data.splits():
+            for task in self.data.tasks(split):
+                for call in task.gold_calls:
+                    if call.name != DONE_TOOL.name:
+                        seen.setdefault(call.canonical(), call)
+        return [seen[key] for key in sorted(seen)]
+
+    def value_patterns(self) -> list[tuple[str, str, str | None]]:
+        return [("url", r"https?://\S+|corpus://\S+", r"^url$")]
+
+    def user(self, task: GaiaTask, client: ModelClient | None) -> NoReturn:
+        raise ConfigError(f"{self.name} has no user simulator")
+
+    async def evaluate(self, task: GaiaTask, steps: Sequence[Step], termination: TerminationReason, *, solo: bool,
+                       live: SnapshotBackend, final: dict[str, Any] | None = None) -> GaiaScore:
+        """GAIA's verdict on the ``done`` call's answer (no answer, or an episode that did not finish: wrong)."""
+        answer = (final or {}).get("answer")
+        answer = None if answer is None else str(answer)
+        if task.answer is None:
+            return GaiaScore(reward=0.0, correct=None, answer=answer, ground_truth=None, level=task.level,
+                             termination=termination)
+        correct = termination is TerminationReason.AGENT_STOP and answer is not None and question_scorer(answer, task.answer)
+        return GaiaScore(reward=float(correct), correct=correct, answer=answer, ground_truth=task.answer,
+                         level=task.level, termination=termination)
+
+    # --- ``agentspec score`` ------------------------------------------------------------
+
+    def score_answers(self, path: str | Path, *, split: str) -> dict[str, Any]:
+        """A submission file (``task_id``, ``model_answer`` per line) scored against the split's answers."""
+        return score(self.tasks(split), read_answers(path))

@@ -1,0 +1,80 @@
+"""`agentspec run --bench gaia` and `agentspec score` on our own GAIA-format fixtures (tests/data/gaia-format)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentspec import Bench
+from agentspec.cli import main
+
+FIXTURES = Path(__file__).resolve().parent / "data" / "gaia-format"
+
+
+def run(capsys, *argv):
+    code = main(["run", "--bench", "gaia", "--data-dir", str(FIXTURES), "--no-progress", *argv])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out.strip().splitlines()[-1])
+
+
+def test_the_oracle_scores_every_question_in_every_mode(capsys, tmp_path):
+    summary = run(capsys, "--agent", "oracle", "--mode", "sequential,sa,spork", "--speculator-model", "noisy-oracle:0.8",
+                  "--latency-model", "smc-paper", "--out", str(tmp_path))
+    assert summary["play"] == "solo" and summary["clock"].startswith("virtual") and summary["tasks"] == 5
+    for mode, figures in summary["modes"].items():
+        assert figures["accuracy"] == 1.0 and figures["accuracy_by_level"] == {"1": 1.0, "2": 1.0, "3": 1.0}, mode
+        assert figures["mean_task_wall_s"] > 0
+    records = json.loads((tmp_path / "results.json").read_text())["episodes"]["sa"]
+    evaluation = {r["task_id"]: r["evaluation"] for r in records}
+    assert evaluation["ours-0004"]["answer"] == "1987" and evaluation["ours-0004"]["correct"] is True
+    searched = next(r for r in records if r["task_id"] == "ours-0004")["messages"]
+    assert "Harbour Tide Museum" in json.dumps(searched)  # the local corpus answered the search
+
+
+def test_levels_filter_the_questions(capsys):
+    summary = run(capsys, "--agent", "oracle", "--mode", "sequential", "--level", "2")
+    assert summary["tasks"] == 2 and summary["modes"]["sequential"]["accuracy_by_level"] == {"2": 1.0}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--level", "4"], "levels are 1, 2 and 3"),
+    (["--split", "nope"], "nope"),
+    (["--search-backend", "altavista"], "altavista"),
+])
+def test_bad_options_exit_2(capsys, argv, message):
+    code = main(["run", "--bench", "gaia", "--data-dir", str(FIXTURES), "--agent", "oracle", "--no-progress", *argv])
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_a_missing_data_folder_says_where_the_data_comes_from(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("AGENTSPEC_GAIA_DATA", raising=False)
+    code = main(["run", "--bench", "gaia", "--data-dir", str(tmp_path / "nothing"), "--agent", "oracle", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "AGENTSPEC_GAIA_DATA" in err
+
+
+def test_score_a_submission_file(capsys, tmp_path):
+    answers = tmp_path / "submission.jsonl"
+    answers.write_text("\n".join(json.dumps(line) for line in [
+        {"task_id": "ours-0001", "model_answer": "$42"},          # numeric: $ stripped
+        {"task_id": "ours-0002", "model_answer": "marta oyelaran"},  # case and whitespace
+        {"task_id": "ours-0003", "model_answer": "Osk"},          # wrong
+        {"task_id": "ours-0005", "model_answer": "red,green,blue"},  # a list
+    ]) + "\n")  # ours-0004 is missing: wrong
+    code = main(["score", "--bench", "gaia", "--answers", str(answers), "--data-dir", str(FIXTURES)])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and summary["scored"] == 5 and summary["accuracy"] == 0.6
+    assert summary["accuracy_by_level"] == {"1": 1.0, "2": 0.0, "3": 1.0}
+
+
+def test_the_gaia_bench_is_a_bench():
+    from envs.gaia.bench import GaiaBench
+
+    bench = GaiaBench.from_data_dir(FIXTURES)
+    assert isinstance(bench, Bench) and bench.in_process and not bench.has_user
+    tools = {spec.name: spec.effect.value for spec in bench.tools(bench.tasks()[0], solo=True)}
+    assert tools == {"read_attachment": "read_only", "web_search": "read_only", "fetch_page": "read_only",
+                     "done": "read_only"}

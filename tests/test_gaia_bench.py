@@ -23,15 +23,22 @@ def run(capsys, *argv):
 def test_the_oracle_scores_every_question_in_every_mode(capsys, tmp_path):
     summary = run(capsys, "--agent", "oracle", "--mode", "sequential,sa,spork", "--speculator-model", "noisy-oracle:0.8",
                   "--latency-model", "smc-paper", "--out", str(tmp_path))
-    assert summary["play"] == "solo" and summary["clock"].startswith("virtual") and summary["tasks"] == 5
+    assert summary["play"] == "solo" and summary["clock"].startswith("virtual") and summary["tasks"] == 6
     for mode, figures in summary["modes"].items():
         assert figures["accuracy"] == 1.0 and figures["accuracy_by_level"] == {"1": 1.0, "2": 1.0, "3": 1.0}, mode
         assert figures["mean_task_wall_s"] > 0
     records = json.loads((tmp_path / "results.json").read_text())["episodes"]["sa"]
     evaluation = {r["task_id"]: r["evaluation"] for r in records}
+    assert evaluation["ours-0006"]["answer"] == "123" and "kettles" in json.dumps(records)  # the xlsx was read
     assert evaluation["ours-0004"]["answer"] == "1987" and evaluation["ours-0004"]["correct"] is True
     searched = next(r for r in records if r["task_id"] == "ours-0004")["messages"]
     assert "Harbour Tide Museum" in json.dumps(searched)  # the local corpus answered the search
+    # Each mode's answers in the leaderboard's format, which `agentspec score` reads back.
+    assert summary["submissions"] == [str(tmp_path / f"submission-{mode}.jsonl") for mode in ("sequential", "sa", "spork")]
+    lines = [json.loads(line) for line in (tmp_path / "submission-sa.jsonl").read_text().splitlines()]
+    assert {line["task_id"]: line["model_answer"] for line in lines}["ours-0004"] == "1987" and len(lines) == 6
+    code = main(["score", "--bench", "gaia", "--answers", str(tmp_path / "submission-sa.jsonl"), "--data-dir", str(FIXTURES)])
+    assert code == 0 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["accuracy"] == 1.0
 
 
 def test_levels_filter_the_questions(capsys):
@@ -63,11 +70,11 @@ def test_score_a_submission_file(capsys, tmp_path):
         {"task_id": "ours-0002", "model_answer": "marta oyelaran"},  # case and whitespace
         {"task_id": "ours-0003", "model_answer": "Osk"},          # wrong
         {"task_id": "ours-0005", "model_answer": "red,green,blue"},  # a list
-    ]) + "\n")  # ours-0004 is missing: wrong
+    ]) + "\n")  # ours-0004 and ours-0006 (the spreadsheet) are missing: wrong
     code = main(["score", "--bench", "gaia", "--answers", str(answers), "--data-dir", str(FIXTURES)])
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert code == 0 and summary["scored"] == 5 and summary["accuracy"] == 0.6
-    assert summary["accuracy_by_level"] == {"1": 1.0, "2": 0.0, "3": 1.0}
+    assert code == 0 and summary["scored"] == 6 and summary["accuracy"] == 0.5
+    assert summary["accuracy_by_level"] == {"1": pytest.approx(2 / 3, abs=1e-4), "2": 0.0, "3": 1.0}
 
 
 def test_the_gaia_bench_is_a_bench():

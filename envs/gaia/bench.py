@@ -202,7 +202,15 @@ class GaiaBench:
         return GaiaScore(reward=float(correct), correct=correct, answer=answer, ground_truth=task.answer,
                          level=task.level, termination=termination)
 
-    # --- ``agentspec score`` ------------------------------------------------------------
+    # --- submissions and ``agentspec score`` ---------------------------------------------
+
+    def submission(self, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A run's episodes as leaderboard submission lines (``task_id``, ``model_answer``); no answer: ``""``."""
+        lines = []
+        for record in records:
+            answer = (record.get("evaluation") or {}).get("answer")
+            lines.append({"task_id": record["task_id"], "model_answer": "" if answer is None else answer})
+        return lines
 
     def score_answers(self, path: str | Path, *, split: str) -> dict[str, Any]:
         """A submission file (``task_id``, ``model_answer`` per line) scored against the split's answers."""

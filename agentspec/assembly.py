@@ -138,14 +138,17 @@ def model_policy(spec: RunSpec, client: ModelClient, prompt: str, tools: list, *
 
 
 def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: dict[str, ModelClient],
-                  *, solo: bool) -> Parts:
-    """Authority, speculator, prober and user for ``task`` in ``mode``, as the spec says."""
+                  *, solo: bool, distractors: Sequence[ToolCall] | None = None) -> Parts:
+    """Authority, speculator, prober and user for ``task`` in ``mode``, as the spec says.  ``distractors``: the
+    bench's, read once for a whole run by the caller (asked of the bench when not given)."""
     prompt = bench.system_prompt(task, solo=solo) + (f"\n\n{spec.instructions}" if spec.instructions else "")
     tools = bench.tools(task, solo=solo)
     simulated = spec.latency or LatencyModel()  # scripted models take the latency model's time (none without one)
     oracle = spec.agent == "oracle"
     gold = _oracle_gold(bench, task, solo) if oracle else []
-    distractors = bench.distractors() if oracle else []
+    if distractors is None:
+        distractors = bench.distractors() if oracle else []
+    distractors = list(distractors)
     authority: Policy
     replayed = spec.replay is not None  # a replayed model is simulated too: it takes the latency model's time
     model: LLMPolicy | None = None
@@ -226,6 +229,7 @@ async def run_mode(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Sequence[
         log_path.unlink()
     log = RunLog(log_path) if log_path else None
     solo = is_solo(spec, bench)
+    distractors = bench.distractors() if spec.agent == "oracle" else []  # every task's gold calls: read once
 
     async def one(job: Job) -> Episode | LoggedEpisode:
         task, trial = job
@@ -233,7 +237,7 @@ async def run_mode(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Sequence[
         if logged is not None and logged.result is not None:
             stored = logged.result
             return LoggedEpisode(task.id, stored["reward"], stored.get("error"), stored)
-        parts = episode_parts(spec, mode, bench, task, clients, solo=solo)
+        parts = episode_parts(spec, mode, bench, task, clients, solo=solo, distractors=distractors)
         episode = await run_episode(spec, mode, bench, task, parts, trial=trial, macros=macros, log=log, resumed=logged)
         if log is not None:
             log.finish(f"{task.id}#{trial}", episode.record())

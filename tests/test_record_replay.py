@@ -43,11 +43,11 @@ def test_a_replay_answers_what_was_recorded_and_nothing_else(tmp_path):
     tape = Cassette(tmp_path, "record").for_model("m")
     tape.store({"messages": [1]}, {"choices": []})
     replay = Cassette(tmp_path, "replay").for_model("m")
-    assert replay.lookup({"model": "served-id", "messages": [1]}) == {"choices": []}
+    assert replay.answer({"model": "served-id", "messages": [1]}) == {"choices": []}
     with pytest.raises(ReplayMiss, match="no recorded response of 'm'"):
-        replay.lookup({"messages": [2]})
+        replay.answer({"messages": [2]})
     with pytest.raises(ReplayMiss):
-        Cassette(tmp_path, "replay").for_model("other").lookup({"messages": [1]})
+        Cassette(tmp_path, "replay").for_model("other").answer({"messages": [1]})
     with pytest.raises(ConfigError, match="no responses.jsonl"):
         Cassette(tmp_path / "empty", "replay")
 

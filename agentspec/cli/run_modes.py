@@ -60,22 +60,17 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
     return spec
 
 
-def _metrics_of(episodes: list[Any]) -> list[ExecutionMetrics]:
-    out = []
-    for episode in episodes:
-        execution = episode.record().get("execution") or {}
-        out.append(ExecutionMetrics(**execution.get("metrics", {})))
-    return out
+def _metrics_of(records: list[dict[str, Any]]) -> list[ExecutionMetrics]:
+    return [ExecutionMetrics(**(record.get("execution") or {}).get("metrics", {})) for record in records]
 
 
-def _mode_summary(episodes: list[Any], wall_s: float) -> dict[str, Any]:
-    """One mode's figures (``wall_s`` is that mode's share of the run)."""
-    return summarize(episodes, wall_s) | _accuracy(episodes) | aggregate(_metrics_of(episodes))
+def _mode_summary(episodes: list[Any], records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """One mode's figures (``records``: the episodes' records; ``wall_s``: that mode's share of the run)."""
+    return summarize(episodes, wall_s) | _accuracy(records) | aggregate(_metrics_of(records))
 
 
-def _accuracy(episodes: list[Any]) -> dict[str, Any]:
+def _accuracy(records: list[dict[str, Any]]) -> dict[str, Any]:
     """``accuracy`` and ``accuracy_by_level`` for a bench whose scores name a level (GAIA); nothing otherwise."""
-    records = [e.record() for e in episodes]
     levels = [(r.get("evaluation") or {}).get("level") for r in records]
     if not records or any(level is None for level in levels):
         return {}
@@ -125,7 +120,8 @@ def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
     spec = run_spec(args)
     outcome = run(spec)
     results = outcome.modes
-    summaries = {mode: _mode_summary(r.episodes, r.wall_s) for mode, r in results.items()}
+    records = {mode: [e.record() for e in r.episodes] for mode, r in results.items()}  # each built once
+    summaries = {mode: _mode_summary(r.episodes, records[mode], r.wall_s) for mode, r in results.items()}
     summary: dict[str, Any] = {"bench": spec.bench, "split": (spec.split or outcome.bench.default_split) if not spec.task_ids else "task-ids",
                                "agent": spec.agent, "speculator": spec.speculator_model,
                                "play": "solo" if is_solo(spec, outcome.bench) else "normal",
@@ -145,12 +141,12 @@ def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         dump = {"format": RESULTS_FORMAT, "summary": summary,
-                "episodes": {m: [e.record() for e in r.episodes] for m, r in results.items()}}
+                "episodes": records}
         (out / "results.json").write_text(json.dumps(dump, indent=1), encoding="utf-8")
         summary["results"] = str(out / "results.json")
         if hasattr(outcome.bench, "submission"):  # a leaderboard's format (GAIA): one file per mode
-            for mode, r in results.items():
-                lines = outcome.bench.submission([e.record() for e in r.episodes if e.record()["trial"] == 0])
+            for mode in results:
+                lines = outcome.bench.submission([r for r in records[mode] if r["trial"] == 0])
                 path = out / f"submission-{mode}.jsonl"
                 path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
             summary["submissions"] = [str(out / f"submission-{mode}.jsonl") for mode in results]
@@ -166,7 +162,7 @@ def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
         from agentspec.runtime.timeline import plot_timeline
 
         last = spec.modes[-1].name
-        episode = results[last].episodes[0].record()
+        episode = records[last][0]
         plot_timeline(episode["execution"]["timeline"], Path(args.timeline), title=f"{episode['task_id']} ({last})")
         summary["timeline"] = args.timeline
     return summary

@@ -80,16 +80,18 @@ class Cassette:
         """The part of the cassette one client uses: requests to ``model``."""
         return ModelTape(self, model)
 
-    def lookup(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, model: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The recorded completion of ``body``: replaying, :class:`ReplayMiss` when there is none; recording, None
+        (the request goes to the model)."""
         digest = request_digest(body)
-        try:
-            return self._answers[(model, digest)]
-        except KeyError:
-            known = sum(1 for m, _ in self._answers if m == model)
-            raise ReplayMiss(
-                f"--replay {self.folder}: no recorded response of {model!r} to this request (digest {digest[:12]}; "
-                f"{known} recorded for that model). Replay the same run (same flags, data and code) that was recorded"
-            ) from None
+        found = self._answers.get((model, digest))
+        if found is not None or self.mode == "record":
+            return found
+        known = sum(1 for m, _ in self._answers if m == model)
+        raise ReplayMiss(
+            f"--replay {self.folder}: no recorded response of {model!r} to this request (digest {digest[:12]}; "
+            f"{known} recorded for that model). Replay the same run (same flags, data and code) that was recorded"
+        )
 
     def store(self, model: str, body: dict[str, Any], completion: dict[str, Any]) -> None:
         key = (model, request_digest(body))
@@ -112,12 +114,10 @@ class ModelTape:
     def replaying(self) -> bool:
         return self.cassette.mode == "replay"
 
-    def lookup(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self.cassette.lookup(self.model, body)
-
-    def has(self, body: dict[str, Any]) -> bool:
-        """Whether this request was recorded (a recording run answers a repeat from the tape, as a replay will)."""
-        return (self.model, request_digest(body)) in self.cassette._answers
+    def answer(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The recorded completion of ``body`` (see :meth:`Cassette.answer`): a recording run answers a repeat
+        from the tape, as a replay will."""
+        return self.cassette.answer(self.model, body)
 
     def store(self, body: dict[str, Any], completion: dict[str, Any]) -> None:
         self.cassette.store(self.model, body, completion)

@@ -111,9 +111,8 @@ class ModelClient:
             messages, tools, tool_choice, max_tokens, temperature, stop, seed, logprobs, top_logprobs, extra_body
         )
         started = time.perf_counter()
-        if self.tape is not None and (self.tape.replaying or self.tape.has(body)):
-            data = self.tape.lookup(body)
-        else:
+        data = self.tape.answer(body) if self.tape is not None else None
+        if data is None:
             data = await self._retrying(lambda: self._complete(body))
             if self.tape is not None:
                 self.tape.store(body, data)
@@ -291,8 +290,8 @@ class ChatStream:
             return
         body = self._body = self._body or await self._client._body(*self._args)
         tape = self._client.tape
-        if tape is not None and (tape.replaying or tape.has(body)):
-            self._replayed = tape.lookup(body)
+        self._replayed = tape.answer(body) if tape is not None else None
+        if self._replayed is not None:
             content = (self._replayed.get("choices") or [{}])[0].get("message", {}).get("content")
             self._pending = [TextDelta(text=content)] if content else []
             return

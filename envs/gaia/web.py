@@ -30,6 +30,7 @@ import os
 import re
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -416,7 +417,7 @@ class _ApiConfig:
     default_url: str
 
 
-class _HostedSearch:
+class _HostedSearch(ABC):
     """Shared machinery of the hosted search backends: configuration, the HTTP call, error mapping.
 
     Subclasses set ``_api`` and implement ``_request`` (build the call) and ``_results`` (read the
@@ -453,12 +454,13 @@ class _HostedSearch:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.base_url!r})"
 
+    @abstractmethod
     def _request(self, query: str, k: int) -> tuple[str, str, dict[str, Any]]:
         """Return (method, path, httpx request keyword arguments) for one search."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _results(self, payload: Mapping[str, Any]) -> list[SearchResult]:
-        raise NotImplementedError
+        """The results in the API's answer."""
 
     def _redact(self, text: str) -> str:
         return text.replace(self._key, "<api key>")

@@ -28,6 +28,7 @@ from agentspec.runtime.policies import Decision, Policy
 from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
 from agentspec.snapshot import InProcessBackend, LineageBackend, Sandbox, SnapshotBackend
 from agentspec.tools import Toolkit, render_result, spec_from_function, tool
+from agentspec.wrapped_backend import WithTools
 from agentspec.types import (
     Effect,
     Message,
@@ -89,6 +90,7 @@ __all__ = [
     "Trajectory",
     "User",
     "UserTurn",
+    "WithTools",
     "render_result",
     "run",
     "spec_from_function",

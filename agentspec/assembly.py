@@ -45,6 +45,7 @@ from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.modes import Mode
 from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
 from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, LLMProber, Prober, SimulatedProber
+from agentspec.runtime.real_time import real_time_backend
 from agentspec.runtime.runlog import RunLog, TaskLog
 from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
 from agentspec.runtime.spork import SporkConfig
@@ -193,7 +194,8 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
     (except a run log that cannot be trusted, which stops the run)."""
     started = time.perf_counter()
     solo = is_solo(spec, bench)
-    async with bench.open_backend(task, solo=solo) as backend:
+    opening = bench.open_backend(task, solo=solo)
+    async with (opening if bench.in_process else real_time_backend(opening)) as backend:
         loop = build_loop(spec, mode, backend, parts, macros=macros, log=log, task_id=f"{task.id}#{trial}")
         if resumed is not None:
             loop.resume(resumed)
@@ -223,6 +225,12 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
 async def run_mode(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Sequence[Job], clients: dict[str, ModelClient],
                    macros: MacroLibrary | None = None) -> list[Episode | LoggedEpisode]:
     """Every job in ``mode``; with ``spec.out``, logged to ``run-<mode>.log.jsonl`` (``resume`` continues it)."""
+    if spec.cluster is not None:  # each episode a Ray task (the ray extra): imported only when a run names a cluster
+        from agentspec.cluster import Playbook, run_mode_on_ray
+
+        solo = is_solo(spec, bench)
+        playbook = Playbook(solo, role_defaults(spec, solo), episode_parts, run_episode)
+        return await run_mode_on_ray(spec, mode, bench, jobs, playbook, macros)
     log_path = Path(spec.out) / f"run-{mode.name}.log.jsonl" if spec.out else None
     previous = RunLog.read(log_path) if (log_path and spec.resume) else {}
     if log_path and not spec.resume and log_path.exists():
@@ -306,7 +314,7 @@ def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Outcome:
     jobs = [(task, trial) for trial in range(spec.trials) for task in tasks]
     path, macros = load_macros(spec)
     started = time.perf_counter()
-    virtual = spec.virtual_clock and bench.in_process
+    virtual = spec.virtual_clock
     if virtual:
         from trio.testing import MockClock
 

@@ -16,7 +16,8 @@ level they care about::
     ├── EnvError               environment-level failures (not tool errors, which are observations)
     │   ├── ToolNotFound       (also a LookupError)
     │   └── ReplayMismatch     evaluation replay gave a different tool output
-    └── SnapshotError          a snapshot could not be taken or restored
+    ├── SnapshotError          a snapshot could not be taken or restored
+    └── ClusterError           an episode could not be completed on the Ray cluster
 """
 
 from __future__ import annotations
@@ -86,3 +87,7 @@ class ToolError(Exception):
     so explicitly.  It is deliberately *not* an :class:`AgentSpecError`: a tool
     error is data for the agent, not a failure of the framework.
     """
+
+
+class ClusterError(AgentSpecError):
+    """An episode could not be completed on the Ray cluster (its worker kept dying), or the cluster went away."""

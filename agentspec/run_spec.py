@@ -97,6 +97,9 @@ class RunSpec(BaseModel):
     run takes the virtual clock, timed by the recorded token counts."""
 
     concurrency: int = Field(1, ge=1)
+    cluster: str | None = None
+    """Run each episode as a task on this Ray cluster (the head's ``HOST:PORT``, or ``"default"``: the one
+    ``RAY_ADDRESS`` or a running local cluster names, else a new one here); None: in this process, Ray not imported."""
     out: str | None = None
     resume: bool = False
     progress: bool = True
@@ -119,6 +122,13 @@ class RunSpec(BaseModel):
         if isinstance(value, str):
             return parse_modes(value)
         return [Mode.parse(v) if isinstance(v, str) else v for v in value]
+
+    @field_validator("cluster")
+    @classmethod
+    def _check_cluster(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ConfigError("--ray ADDRESS is empty: give the head node's HOST:PORT, or --ray alone")
+        return value.strip() if value is not None else None
 
     @field_validator("latency_model", mode="before")
     @classmethod

@@ -1,4 +1,4 @@
-"""SPORK with a real local model: tau2-telecom solo episodes, sequential vs spork in one run.  Prints JSON.
+"""SPORK with a real local model: tau2-telecom (or GAIA) solo episodes, sequential vs spork in one run.  Prints JSON.
 
 The authority is a local model behind ``agentspec serve --decoder toolspec``
 (a child process, or ``--base-url`` for a server you run), asked to write one
@@ -10,6 +10,7 @@ the modes alternating which goes first, after a warm-up episode that puts
 every turn's prompt in the prefix cache (so neither mode pays the other's prefill).
 
     python experiments/spork_local.py --data-dir ../shared/data/tau2 --limit 4
+    python experiments/spork_local.py --bench gaia --data-dir tests/data/gaia-format --backend overlay --limit 6
 
 Reported: task wall time per mode (mean, P50, P95) and their ratio; probe hit
 rates of tool names and of whole calls; early dispatches, SPORK commits and
@@ -34,10 +35,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentspec.models import ModelClient, ModelConfig  # noqa: E402
-from agentspec.models.embedded import embedded_server  # noqa: E402
+from agentspec.models.embedded import served_models  # noqa: E402
 from agentspec.assembly import episode_parts, run_episode  # noqa: E402
 from agentspec.bench.registry import open_bench  # noqa: E402
-from agentspec.bench.tau2.harness import Tau2Bench  # noqa: E402
 from agentspec.run_spec import RunSpec, SporkSettings  # noqa: E402
 from agentspec.runtime.latency import LatencyModel, ToolLatency  # noqa: E402
 from agentspec.runtime.metrics import percentile  # noqa: E402
@@ -52,9 +52,9 @@ async def server_stats(base_url: str) -> dict[str, Any]:
     return next(iter(data.values()))
 
 
-async def episode(bench: Tau2Bench, task: Any, client: ModelClient, args: argparse.Namespace, spork: bool) -> dict[str, Any]:
+async def episode(bench: Any, task: Any, client: ModelClient, args: argparse.Namespace, spork: bool) -> dict[str, Any]:
     spec = RunSpec.of(
-        bench="tau2-telecom", agent="llm", solo=True, modes="spork" if spork else "sequential", instructions=THINK,
+        bench=args.bench, agent="llm", solo=True, modes="spork" if spork else "sequential", instructions=THINK,
         answer_prefix=args.answer_prefix, max_tokens=args.max_tokens, max_calls=args.max_calls, max_errors=2,
         latency_model=LatencyModel(name="tool-floor", tool=ToolLatency(fixed_s=args.tool_latency)),
         spork=SporkSettings(gate=args.gate, probe_every=args.probe_every, cost_model=not args.no_cost_model,
@@ -82,11 +82,10 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    bench = open_bench("tau2-telecom", args.data_dir)
-    assert isinstance(bench, Tau2Bench)
-    tasks = bench.tasks(args.split, limit=args.limit)
+    bench = open_bench(args.bench, args.data_dir, backend=args.backend)
+    tasks = bench.tasks(args.split or bench.default_split, limit=args.limit)
     runs: dict[str, list[dict[str, Any]]] = {"sequential": [], "spork": []}
-    async with (embedded_server([args.model], decoder="toolspec") if not args.base_url else _given(args)) as served:
+    async with served_models([args.model], base_url=args.base_url, decoder="toolspec") as served:
         config = ModelConfig(base_url=served.base_url, model=served.model_ids[args.model], timeout_s=3600, max_retries=0)
         async with ModelClient(config) as client:
             before = await server_stats(served.base_url)
@@ -120,25 +119,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-class _given:
-    """An endpoint the user already runs (``--base-url``), in the shape of :func:`embedded_server`'s value."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.base_url, self.model_ids = args.base_url, {args.model: args.model}
-
-    async def __aenter__(self) -> _given:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", default="tau2-telecom", help="tau2-telecom, or gaia (with --data-dir DIR)")
+    parser.add_argument("--backend", help="the bench's environment backend (gaia: docker, overlay, copy or none)")
     parser.add_argument("--data-dir", default="../shared/data/tau2")
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--base-url", help="a running `agentspec serve --decoder toolspec` (default: start one)")
-    parser.add_argument("--split", default="base")
+    parser.add_argument("--split", help="default: tau2's base split, the bench's own otherwise")
     parser.add_argument("--limit", type=int, default=4)
     parser.add_argument("--max-calls", type=int, default=3, help="authority decisions per episode")
     parser.add_argument("--max-tokens", type=int, default=192, help="per authority decision")
@@ -149,7 +137,10 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--gate", type=float, default=0.9)
     parser.add_argument("--probe-every", type=int, default=8)
     parser.add_argument("--no-cost-model", action="store_true")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.split is None and args.bench == "tau2-telecom":
+        args.split = "base"
+    return args
 
 
 if __name__ == "__main__":

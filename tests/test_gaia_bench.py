@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sandbox_support import needs_bwrap  # noqa: F401 - a fixture the sandboxed runs take
 
 from agentspec import Bench
 from agentspec.cli import main
@@ -20,30 +21,46 @@ def run(capsys, *argv):
     return json.loads(captured.out.strip().splitlines()[-1])
 
 
+@pytest.mark.usefixtures("needs_bwrap")
 def test_the_oracle_scores_every_question_in_every_mode(capsys, tmp_path):
     summary = run(capsys, "--agent", "oracle", "--mode", "sequential,sa,spork", "--speculator-model", "noisy-oracle:0.8",
-                  "--latency-model", "smc-paper", "--out", str(tmp_path))
-    assert summary["play"] == "solo" and summary["clock"].startswith("virtual") and summary["tasks"] == 6
+                  "--latency-model", "smc-paper", "--out", str(tmp_path), "--backend", "overlay")
+    # The Python tool's sandbox runs in real time while the simulated models keep the virtual clock.
+    assert summary["play"] == "solo" and summary["clock"].startswith("virtual") and summary["tasks"] == 12
     for mode, figures in summary["modes"].items():
         assert figures["accuracy"] == 1.0 and figures["accuracy_by_level"] == {"1": 1.0, "2": 1.0, "3": 1.0}, mode
         assert figures["mean_task_wall_s"] > 0
     records = json.loads((tmp_path / "results.json").read_text())["episodes"]["sa"]
     evaluation = {r["task_id"]: r["evaluation"] for r in records}
     assert evaluation["ours-0006"]["answer"] == "123" and "kettles" in json.dumps(records)  # the xlsx was read
+    observed = {r["task_id"]: json.dumps(r["messages"]) for r in records}
+    for task_id, seen in {"ours-0007": "Lantern Room", "ours-0008": "17 volunteers", "ours-0009": "KV-2291",
+                          "ours-0010": "LIGHTHOUSE", "ours-0011": "tides/tuesday.csv", "ours-0012": "28506"}.items():
+        assert seen in observed[task_id], task_id  # docx, pptx, pdf, OCR of a png, zip, and Python in the sandbox
     assert evaluation["ours-0004"]["answer"] == "1987" and evaluation["ours-0004"]["correct"] is True
     searched = next(r for r in records if r["task_id"] == "ours-0004")["messages"]
     assert "Harbour Tide Museum" in json.dumps(searched)  # the local corpus answered the search
     # Each mode's answers in the leaderboard's format, which `agentspec score` reads back.
     assert summary["submissions"] == [str(tmp_path / f"submission-{mode}.jsonl") for mode in ("sequential", "sa", "spork")]
     lines = [json.loads(line) for line in (tmp_path / "submission-sa.jsonl").read_text().splitlines()]
-    assert {line["task_id"]: line["model_answer"] for line in lines}["ours-0004"] == "1987" and len(lines) == 6
+    assert {line["task_id"]: line["model_answer"] for line in lines}["ours-0004"] == "1987" and len(lines) == 12
     code = main(["score", "--bench", "gaia", "--answers", str(tmp_path / "submission-sa.jsonl"), "--data-dir", str(FIXTURES)])
     assert code == 0 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["accuracy"] == 1.0
 
 
 def test_levels_filter_the_questions(capsys):
-    summary = run(capsys, "--agent", "oracle", "--mode", "sequential", "--level", "2")
-    assert summary["tasks"] == 2 and summary["modes"]["sequential"]["accuracy_by_level"] == {"2": 1.0}
+    summary = run(capsys, "--agent", "oracle", "--mode", "sequential", "--level", "3", "--backend", "none")
+    assert summary["tasks"] == 2 and summary["modes"]["sequential"]["accuracy_by_level"] == {"3": 1.0}
+
+
+def test_without_a_sandbox_there_is_no_python_tool(capsys, tmp_path):
+    """--backend none: everything in this process; a call of run_python answers an error (the oracle still
+    gives its recorded answer)."""
+    run(capsys, "--agent", "oracle", "--mode", "sequential", "--backend", "none", "--task-ids", "ours-0012",
+        "--out", str(tmp_path))
+    record = json.loads((tmp_path / "results.json").read_text())["episodes"]["sequential"][0]
+    tool_answers = [m["content"] for m in record["messages"] if m["role"] == "tool"]
+    assert tool_answers == ["Error: Tool 'run_python' not found."]
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -70,18 +87,20 @@ def test_score_a_submission_file(capsys, tmp_path):
         {"task_id": "ours-0002", "model_answer": "marta oyelaran"},  # case and whitespace
         {"task_id": "ours-0003", "model_answer": "Osk"},          # wrong
         {"task_id": "ours-0005", "model_answer": "red,green,blue"},  # a list
-    ]) + "\n")  # ours-0004 and ours-0006 (the spreadsheet) are missing: wrong
+    ]) + "\n")  # the other eight are missing: wrong
     code = main(["score", "--bench", "gaia", "--answers", str(answers), "--data-dir", str(FIXTURES)])
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert code == 0 and summary["scored"] == 6 and summary["accuracy"] == 0.5
-    assert summary["accuracy_by_level"] == {"1": pytest.approx(2 / 3, abs=1e-4), "2": 0.0, "3": 1.0}
+    assert code == 0 and summary["scored"] == 12 and summary["accuracy"] == 0.25
+    assert summary["accuracy_by_level"] == {"1": 0.4, "2": 0.0, "3": 0.5}
 
 
 def test_the_gaia_bench_is_a_bench():
     from envs.gaia.bench import GaiaBench
 
     bench = GaiaBench.from_data_dir(FIXTURES)
-    assert isinstance(bench, Bench) and bench.in_process and not bench.has_user
+    assert isinstance(bench, Bench) and not bench.in_process and not bench.has_user
     tools = {spec.name: spec.effect.value for spec in bench.tools(bench.tasks()[0], solo=True)}
     assert tools == {"read_attachment": "read_only", "web_search": "read_only", "fetch_page": "read_only",
-                     "done": "read_only"}
+                     "run_python": "mutating", "done": "read_only"}
+    unsandboxed = GaiaBench.from_data_dir(FIXTURES, backend="none")
+    assert unsandboxed.in_process and "run_python" not in {s.name for s in unsandboxed.tools(bench.tasks()[0], solo=True)}

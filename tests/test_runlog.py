@@ -11,7 +11,6 @@ import pickle
 import random
 from pathlib import Path
 
-import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -13,7 +13,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from agentspec.user_files import out_dir, read_user_file
-from agentspec.bench.registry import data_spec, open_bench
+from agentspec.bench.registry import data_spec, open_bench, setup_bench
 from agentspec.bench.roles import open_clients, plan_roles
 from agentspec.run_spec import role_given
 from agentspec.bench.runner import raise_if_endpoint_dead, run_jobs, summarize
@@ -186,6 +186,14 @@ def score_command(args: argparse.Namespace) -> dict[str, Any]:
     if not hasattr(bench, "score_answers"):
         raise ConfigError(f"{args.bench} has no answers to score against: agentspec score is for benches like gaia")
     return {"bench": args.bench, **bench.score_answers(args.answers, split=args.split or bench.default_split)}
+
+
+# --- bench setup --------------------------------------------------------------------
+
+
+def setup_command(args: argparse.Namespace) -> dict[str, Any]:
+    """``agentspec bench setup NAME``: the bench's own setup (AppWorld's venv); its summary."""
+    return setup_bench(args.name, args)
 
 
 # --- tasks --------------------------------------------------------------------------

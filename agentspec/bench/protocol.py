@@ -17,7 +17,7 @@ Two ways to play a task:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -55,8 +55,9 @@ class Bench(Protocol[T]):
     default_split: str
     """The split a run takes when none is named."""
     in_process: bool
-    """Whether the environment runs in this process.  Only then may a run use the virtual clock: a tool in a
-    sandbox process takes real time, which a virtual clock would skip over (and time out)."""
+    """Whether the environment runs in this process.  A run on the virtual clock opens any other bench's backend
+    in real time (:mod:`agentspec.runtime.real_time`): its calls take their real time, and only the simulated
+    models' time is virtual."""
 
     def tasks(self, split: str, task_ids: list[str] | None = None, limit: int | None = None) -> list[T]:
         """The split's tasks (or the given ids, in that order), at most ``limit``; ConfigError on an unknown one."""
@@ -98,6 +99,14 @@ class Bench(Protocol[T]):
         """Score a finished episode from its committed steps (``live``: the environment they left; ``final``: the
         arguments of the agent's closing ``done`` call, e.g. its answer)."""
         ...
+
+
+@runtime_checkable
+class ModeFigures(Protocol):
+    """What a bench may add to each mode's figures in a run's summary (GAIA: accuracy by level; AppWorld: TGC and
+    SGC), from that mode's episode records (``reward``, ``evaluation``, ...)."""
+
+    def figures(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
 
 
 def solo_calls(actions: Sequence[tuple[Requestor, ToolCall]]) -> list[ToolCall]:

@@ -19,10 +19,13 @@ BENCHES: dict[str, str] = {
     "tau2-telecom": "envs.tau2_telecom.bench:TelecomBench",
     "workspace-demo": "envs.workspace.bench:WorkspaceBench",
     "gaia": "envs.gaia.bench:GaiaBench",
+    "appworld": "envs.appworld.bench:AppWorldBench",
 }
 TAU2_DOMAINS = frozenset({"tau2-telecom"})
 """Benches that are tau2 domains: :class:`~agentspec.bench.tau2.harness.Tau2Bench` wraps them."""
 DATA: dict[str, str] = {"tau2-telecom": "envs.tau2_telecom.dataset:TAU2_DATA"}
+SETUP: dict[str, str] = {"appworld": "envs.appworld.venv:setup_command"}
+"""Benches whose engine needs setting up first (``agentspec bench setup NAME``): their setup functions."""
 MACROS: dict[str, str] = {"tau2-telecom": "macros/tau2-telecom.json"}
 """Each bench's shipped macro library, relative to the repository root (``--mode smc`` loads it by default)."""
 
@@ -71,3 +74,10 @@ def shipped_macros(name: str) -> Path:
     if not path.is_file():
         raise ConfigError(f"mode smc needs --macros FILE: the shipped library {MACROS[name]} is not at {path}")
     return path
+
+
+def setup_bench(name: str, args: Any) -> dict[str, Any]:
+    """Set up what bench ``name`` runs on (AppWorld: its own venv); its JSON summary.  Idempotent."""
+    if name not in SETUP and name in BENCHES:
+        raise ConfigError(f"bench {name!r} needs no setup (benches with a setup: {', '.join(sorted(SETUP))})")
+    return {"bench": name, **_load(SETUP, name, "bench setup")(args)}

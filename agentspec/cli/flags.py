@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from agentspec.errors import UsageError
 from agentspec.runtime.modes import NOISY, noisy_oracle_p
 
 __all__ = ["NOISY", "POSITIVE", "PROBABILITY", "TEMPERATURE", "add_data_dir", "add_role_flags", "noisy_oracle_p",
@@ -77,3 +78,25 @@ def add_role_flags(parser: Any, role: str, whose: str, *, also: str = "") -> Non
 def add_data_dir(parser: argparse.ArgumentParser) -> None:
     """``--data-dir``: where a command finds the benchmark's data."""
     parser.add_argument("--data-dir", help="benchmark data folder (default: $AGENTSPEC_TAU2_DATA or the user cache)")
+
+
+def add_bench_options(parser: argparse.ArgumentParser) -> None:
+    """``--backend`` and ``--bench-option KEY=VALUE`` (repeatable): a bench's environment backend and its own
+    settings (AppWorld: ``actions=meta``, ``apps=...``)."""
+    parser.add_argument("--backend", choices=["overlay", "copy", "docker", "none"],
+                        help="environment backend, for a bench that offers several (workspace-demo: overlay by "
+                        "default; gaia: the Python sandbox, docker by default, none for no Python tool)")
+    parser.add_argument("--bench-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the bench itself, repeatable (appworld: actions=api|meta|code, "
+                        "apps=spotify,venmo)")
+
+
+def bench_options(pairs: list[str]) -> dict[str, str]:
+    """The ``--bench-option`` pairs as a dict; UsageError on one without ``=``."""
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--bench-option {pair!r}: write KEY=VALUE")
+        options[key.strip()] = value.strip()
+    return options

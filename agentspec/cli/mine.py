@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentspec.cli.flags import POSITIVE, add_data_dir, add_role_flags, number
+from agentspec.cli.flags import POSITIVE, add_bench_options, add_data_dir, add_role_flags, number
 
 DEFAULT_TEMPERATURE = 0.7
 """Sampling temperature for a model speculator when none is given: several samples must be able to differ."""
@@ -21,6 +21,7 @@ def add_parser(sub: Any) -> None:
     mine.add_argument("--no-gold", action="store_true", help="mine only --runs, not the split's gold calls")
     mine.add_argument("--min-reward", type=number(float, ge=0, le=1), default=1.0, help="a run episode counts as successful from this reward")
     add_data_dir(mine)
+    add_bench_options(mine)
     mine.add_argument("--out", required=True, help="where to write the library, e.g. runs/macros.json; the same "
                       "inputs always give the same bytes")
     mine.add_argument("--samples", type=POSITIVE, default=4, help="speculator continuations per training state")

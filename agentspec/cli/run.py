@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agentspec.cli.flags import POSITIVE, PROBABILITY, TEMPERATURE, add_data_dir, add_role_flags, number
+from agentspec.cli.flags import POSITIVE, PROBABILITY, TEMPERATURE, add_bench_options, add_data_dir, add_role_flags, number
 
 
 def add_parser(sub: Any) -> None:
@@ -17,6 +17,10 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--limit", type=POSITIVE, help="run at most N tasks")
     run.add_argument("--trials", type=POSITIVE, default=1, help="episodes per task, for pass^k")
     run.add_argument("--concurrency", type=POSITIVE, default=1, help="episodes in parallel")
+    run.add_argument("--ray", nargs="?", const="default", default=None, metavar="ADDRESS",
+                     help="run each episode as a task on a Ray cluster (pip install 'agentspec[ray]'): ADDRESS is "
+                     "the head node's HOST:PORT (ray start --head --port); without it, the cluster RAY_ADDRESS or `ray start` on this machine "
+                     "names, else a new local one.  The cluster's CPUs, not --concurrency, set episodes in flight")
     run.add_argument("--agent", choices=["llm", "oracle"], default=None, help="oracle replays the task's gold calls")
     add_role_flags(run, "agent", "the agent's model")
     add_role_flags(run, "user", "the user simulator's model")
@@ -31,8 +35,7 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--level", help="GAIA: the levels to run, e.g. 1,2")
     run.add_argument("--search-backend", help="GAIA: web search backend (local: the data folder's corpus/; brave, "
                      "serper, tavily: hosted APIs, keys in BRAVE_API_KEY / SERPER_API_KEY / TAVILY_API_KEY)")
-    run.add_argument("--backend", choices=["overlay", "copy", "docker"],
-                     help="environment backend, for a bench that offers several (workspace-demo: overlay by default)")
+    add_bench_options(run)
     spec = run.add_argument_group("speculative execution (normal or --solo)")
     spec.add_argument("--mode", help="sequential, sa, smc, spork or X+spork; a comma list (sequential,sa,smc) runs each "
                       "in one go; without it, tau2 benches run tau2's own loop and others --mode sequential")
@@ -77,6 +80,8 @@ def run_command(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("--report needs --out DIR: the report is written to DIR/report.html")
     from agentspec.bench.registry import TAU2_DOMAINS
 
+    if getattr(args, "ray", None) and not args.mode and args.bench in TAU2_DOMAINS:
+        raise ConfigError("--ray runs the executor's modes on the cluster: add --mode (e.g. --mode sequential)")
     if args.mode or args.bench not in TAU2_DOMAINS:
         from agentspec.cli.run_modes import speculative_run_command
 

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from agentspec.assembly import is_solo, run
+from agentspec.bench.protocol import ModeFigures
 from agentspec.bench.runner import raise_if_endpoint_dead, summarize
+from agentspec.cli.flags import bench_options
 from agentspec.errors import ConfigError
 from agentspec.report.load import RESULTS_FORMAT
 from agentspec.run_spec import RunSpec, SporkSettings
@@ -46,7 +48,8 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
                           probe_accuracy=args.probe_accuracy, probe_opening=args.probe_opening)
     spec = RunSpec.of(
         bench=args.bench, data_dir=args.data_dir, backend=getattr(args, "backend", None), split=args.split,
-        bench_options={k: v for k, v in (("levels", args.level), ("search", args.search_backend)) if v},
+        bench_options={**{k: v for k, v in (("levels", args.level), ("search", args.search_backend)) if v},
+                       **bench_options(getattr(args, "bench_option", []))},
         task_ids=task_ids, limit=args.limit, trials=args.trials, solo=args.solo, agent=agent,
         **{f"{role}_{what}": getattr(args, f"{role}_{what}", None) for role in ("agent", "user", "speculator")
            for what in ("model", "base_url")},
@@ -55,6 +58,7 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
         verify_macros=args.verify_macros, macros=args.macros, latency_model=args.latency_model, spork=spork,
         concurrency=args.concurrency, out=args.out, resume=args.resume, progress=not args.no_progress,
         record=args.record, replay=args.replay, speculator_hints=args.speculator_hints,
+        cluster=getattr(args, "ray", None),
     )
     out_dir(args.out)
     return spec
@@ -64,21 +68,11 @@ def _metrics_of(records: list[dict[str, Any]]) -> list[ExecutionMetrics]:
     return [ExecutionMetrics(**(record.get("execution") or {}).get("metrics", {})) for record in records]
 
 
-def _mode_summary(episodes: list[Any], records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    """One mode's figures (``records``: the episodes' records; ``wall_s``: that mode's share of the run)."""
-    return summarize(episodes, wall_s) | _accuracy(records) | aggregate(_metrics_of(records))
-
-
-def _accuracy(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """``accuracy`` and ``accuracy_by_level`` for a bench whose scores name a level (GAIA); nothing otherwise."""
-    levels = [(r.get("evaluation") or {}).get("level") for r in records]
-    if not records or any(level is None for level in levels):
-        return {}
-    by_level: dict[str, list[float]] = {}
-    for record, level in zip(records, levels, strict=True):
-        by_level.setdefault(str(level), []).append(record["reward"])
-    return {"accuracy": round(sum(r["reward"] for r in records) / len(records), 4),
-            "accuracy_by_level": {k: round(sum(v) / len(v), 4) for k, v in sorted(by_level.items())}}
+def _mode_summary(bench: Any, episodes: list[Any], records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """One mode's figures (``records``: the episodes' records; ``wall_s``: that mode's share of the run), with the
+    bench's own where it has some (:class:`~agentspec.bench.protocol.ModeFigures`)."""
+    own = bench.figures(records) if isinstance(bench, ModeFigures) and records else {}
+    return summarize(episodes, wall_s) | own | aggregate(_metrics_of(records))
 
 
 def _baseline_wall(path: Path) -> tuple[Path, str | None, dict[str, Any]]:
@@ -121,7 +115,7 @@ def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
     outcome = run(spec)
     results = outcome.modes
     records = {mode: [e.record() for e in r.episodes] for mode, r in results.items()}  # each built once
-    summaries = {mode: _mode_summary(r.episodes, records[mode], r.wall_s) for mode, r in results.items()}
+    summaries = {mode: _mode_summary(outcome.bench, r.episodes, records[mode], r.wall_s) for mode, r in results.items()}
     summary: dict[str, Any] = {"bench": spec.bench, "split": (spec.split or outcome.bench.default_split) if not spec.task_ids else "task-ids",
                                "agent": spec.agent, "speculator": spec.speculator_model,
                                "play": "solo" if is_solo(spec, outcome.bench) else "normal",

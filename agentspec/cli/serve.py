@@ -1,7 +1,14 @@
-"""``agentspec serve``: local models over an OpenAI-compatible HTTP API (handler: :func:`agentspec.serve.server.serve_command`)."""
+"""``agentspec serve``: local models over an OpenAI-compatible HTTP API.
+
+Handler: :func:`serve_command`, which hands over to the engine's own
+(:func:`agentspec.serve.server.serve_command` or
+:func:`agentspec.serve.llama_cpp.serve_command`).
+"""
 
 from __future__ import annotations
 
+import argparse
+import importlib
 from typing import Any
 
 from agentspec.cli.flags import POSITIVE, number
@@ -10,7 +17,9 @@ from agentspec.cli.flags import POSITIVE, number
 def add_parser(sub: Any) -> None:
     """Register ``serve``."""
     serve = sub.add_parser("serve", help="serve local models over an OpenAI-compatible HTTP API")
-    serve.add_argument("--model", action="append", required=True, help="NAME_OR_PATH (repeat to serve several)")
+    serve.add_argument("--model", action="append", required=True,
+                       help="NAME_OR_PATH (repeat to serve several: they decode in parallel, the cores split among "
+                            "the models stepping at once)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=number(int, ge=0, le=65535), default=8000, help="0 picks a free port")
     serve.add_argument("--max-tokens", type=POSITIVE, default=2048, help="completion tokens when a request sets none")
@@ -18,4 +27,17 @@ def add_parser(sub: Any) -> None:
                        help="toolspec: lossless tree-speculative decoding of greedy requests")
     serve.add_argument("--sidecar", nargs="?", const="smollm2-135m", default=None, metavar="MODEL",
                        help="with --decoder toolspec: a small model predicting each call in the background")
-    serve.set_defaults(handler="agentspec.serve.server:serve_command")
+    serve.add_argument("--engine", choices=list(ENGINES), default="embedded",
+                       help="embedded: fp32 torch (ToolSpec decoding); llama-cpp: llama.cpp on the GGUF (extra [llama])")
+    serve.set_defaults(handler="agentspec.cli.serve:serve_command")
+
+
+ENGINES = {"embedded": "agentspec.serve.server", "llama-cpp": "agentspec.serve.llama_cpp"}
+"""``--engine`` name -> the module whose ``serve_command`` runs it (imported only when chosen)."""
+
+
+def serve_command(args: argparse.Namespace) -> dict[str, Any]:
+    """Run ``agentspec serve`` on the chosen ``--engine``."""
+    module = importlib.import_module(ENGINES[getattr(args, "engine", "embedded")])
+    result: dict[str, Any] = module.serve_command(args)
+    return result

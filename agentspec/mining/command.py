@@ -35,6 +35,7 @@ from agentspec.bench.registry import open_bench
 from agentspec.bench.roles import open_clients, plan_roles
 from agentspec.runtime.modes import noisy_oracle_p
 from agentspec.run_spec import RunSpec
+from agentspec.cli.flags import bench_options
 from agentspec.cli.mine import DEFAULT_TEMPERATURE
 from agentspec.errors import ConfigError
 from agentspec.macros import MacroLibrary
@@ -137,7 +138,8 @@ def mine_command(args: argparse.Namespace) -> dict[str, Any]:
     """Run the whole pipeline and write the library; returns the summary printed as the last JSON line."""
     config = _check(args)
     noisy_p = noisy_oracle_p(args.speculator_model)
-    bench = open_bench(args.bench, args.data_dir)
+    bench = open_bench(args.bench, args.data_dir, backend=getattr(args, "backend", None),
+                       options=bench_options(getattr(args, "bench_option", [])))
     trajectories, counts, sources = _trajectories(args, bench)
     _progress(args, f"{counts['used']} trajectories ({counts['gold']} gold, {counts['runs']} from runs)")
 

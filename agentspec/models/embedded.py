@@ -32,7 +32,7 @@ from anyio.abc import Process
 
 from agentspec.errors import ModelUnavailable
 
-__all__ = ["DEFAULT_MODELS", "EmbeddedServer", "PARENT_ENV", "embedded_server"]
+__all__ = ["DEFAULT_MODELS", "EmbeddedServer", "PARENT_ENV", "embedded_server", "served_models"]
 
 PARENT_ENV = "AGENTSPEC_PARENT_PID"
 """Names the pid of the process the child server must not outlive (read by :mod:`agentspec.serve.lifeline`)."""
@@ -51,7 +51,8 @@ class EmbeddedServer:
 
     base_url: str
     model_ids: dict[str, str]
-    pid: int
+    pid: int | None
+    """None for a server this process did not start (:func:`served_models` with a ``base_url``)."""
 
 
 @asynccontextmanager
@@ -112,3 +113,14 @@ async def _stop(process: Process, timeout_s: float) -> None:
         process.kill()
         await process.wait()
     await process.aclose()
+
+
+@asynccontextmanager
+async def served_models(models: list[str], *, base_url: str | None = None, **serve: Any) -> AsyncIterator[EmbeddedServer]:
+    """``models`` from a child server (:func:`embedded_server`, given ``serve``'s options), or from the server at
+    ``base_url`` that the caller already runs, which serves each under its own name."""
+    if base_url is None:
+        async with embedded_server(models, **serve) as served:
+            yield served
+    else:
+        yield EmbeddedServer(base_url, {name: name for name in models}, None)

@@ -23,21 +23,39 @@ cache) go to transformers' own ``sdpa`` function unchanged.
 
 :func:`use_grouped_attention` switches a loaded model to it (registered as
 ``agentspec_sdpa``, with ``sdpa``'s mask construction).
+
+Fused forwards (:mod:`agentspec.serve.batched_forward`) stack the rows of
+several requests; their cache hands attention a :class:`Ragged` of per-request
+keys, values and masks instead of tensors, and :func:`grouped_sdpa` then
+attends each request's rows to its own keys, exactly as that request alone.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["IMPLEMENTATION", "grouped_sdpa", "use_grouped_attention"]
+__all__ = ["IMPLEMENTATION", "Ragged", "grouped_sdpa", "use_grouped_attention"]
 
 IMPLEMENTATION = "agentspec_sdpa"
+
+
+@dataclass(eq=False)
+class Ragged:
+    """Per-request pieces (keys, values or masks) of one fused forward, in row order."""
+
+    parts: list[Any] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    """Each request's query rows (set on keys)."""
 
 
 def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
                  scaling: float | None = None, is_causal: bool | None = None, **kwargs: Any) -> tuple[Any, None]:
     """Attention with query heads folded into rows for GQA under a mask (module docstring); transformers' signature."""
     import torch
+
+    if isinstance(key, Ragged):
+        return _per_request(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     groups = int(getattr(module, "num_key_value_groups", 1))
@@ -58,6 +76,20 @@ def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
                                                            scale=scaling)
     out = out.reshape(batch, heads, q_length, value.shape[-1])
     return out.transpose(1, 2).contiguous(), None
+
+
+def _per_request(module: Any, query: Any, key: Ragged, value: Ragged, masks: Ragged, dropout: float,
+                 scaling: float | None, is_causal: bool | None, **kwargs: Any) -> tuple[Any, None]:
+    """A fused forward's attention: each request's query rows against its own keys, values and mask."""
+    import torch
+
+    outs, start = [], 0
+    for k, v, mask, size in zip(key.parts, value.parts, masks.parts, key.sizes, strict=True):
+        out, _ = grouped_sdpa(module, query[:, :, start:start + size, :], k, v, mask, dropout=dropout,
+                              scaling=scaling, is_causal=is_causal, **kwargs)
+        outs.append(out)
+        start += size
+    return torch.cat(outs, dim=1), None
 
 
 def use_grouped_attention(model: Any) -> None:

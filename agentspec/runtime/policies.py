@@ -90,6 +90,8 @@ def gold_pointer(gold: Sequence[ToolCall], history: History) -> int:
 
 DONE = "done"
 """A gold call of this name is the end of the task; its arguments are the final answer (GAIA's ``answer``)."""
+FINAL_ANSWER = "FINAL ANSWER:"
+"""A text reply ending with this marker and an answer finishes the task like a ``done(answer=...)`` call."""
 
 
 def next_gold(gold: Sequence[ToolCall], history: History) -> ToolCall | None:
@@ -247,9 +249,21 @@ class LLMPolicy:
                 return Decision(call=None, invalid=result.invalid_tool_calls[0], **tokens)
             if self.conversation and result.message.content:
                 return Decision(call=say(result.message.content), **tokens)
+            answer = self._final_answer(result.message.content or "")
+            if answer is not None:
+                return Decision(call=None, final={"answer": answer}, **tokens)
             return Decision(call=None, text=result.message.content or "", **tokens)
         if calls[0].name == self.done_tool:
             return Decision(call=None, final=calls[0].arguments, **tokens)
         if self.queue_extra_calls:
             self._queued = [c for c in calls[1:] if c.name != self.done_tool]
         return Decision(call=calls[0], **tokens)
+
+    def _final_answer(self, text: str) -> str | None:
+        """The answer of a text reply ending ``FINAL ANSWER: ...`` (GAIA's convention, for endpoints that do not
+        force a tool call), when the done tool takes an ``answer``; None otherwise."""
+        done = next((spec for spec in self.tools if spec.name == self.done_tool), None)
+        if done is None or "answer" not in done.parameters.get("properties", {}):
+            return None
+        _, marker, answer = text.rpartition(FINAL_ANSWER)
+        return answer.strip() if marker and answer.strip() else None

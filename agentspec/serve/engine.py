@@ -1,4 +1,4 @@
-"""Scheduling over one local model: turns under a FIFO lock, prefix KV reuse, a decoder behind a protocol.
+"""Scheduling over one local model: concurrent requests decoded together, prefix KV reuse, a decoder behind a protocol.
 
 The engine decides *when* a request steps and *where* its KV cache comes
 from; *how* tokens are chosen belongs to the decoder it drives through the
@@ -7,15 +7,30 @@ from; *how* tokens are chosen belongs to the decoder it drives through the
 forward per token; the default) or the ToolSpec
 :class:`~agentspec.decoding.serving.ServingDecoder`.
 
-Concurrency: there is no batching.  An :class:`Engine` owns one model and a
-FIFO lock (``anyio.Lock`` hands ownership to the longest waiter); every unit
-of model work (a prefill chunk of up to ``prefill_chunk`` tokens, 2048 by
-default because smaller chunks cost up to twice the time on the CPU, or one
-decoding step) takes the lock and runs in a worker thread
-(``anyio.to_thread.run_sync``).  Concurrent requests therefore advance in
-turns, step by step, and never share mutable state: each request owns its KV
-cache.  A cancelled request (the client left) stops at its next step; the
-step in flight finishes first, so the lock is always released cleanly.
+Concurrency: batched steps.  Requests queue units of work (start, a prefill
+chunk of up to ``prefill_chunk`` tokens, one decoding step).  One of the
+waiting requests runs the next *step* for everyone queued: it waits briefly
+(``gather_s``) until every running request has queued its next unit, then
+takes all decoding units, at most one prefill chunk (so a long prompt never
+stalls running decodes for more than one chunk) and at most one unit of a
+stream that is not a :class:`~agentspec.decoding.plain.PlainStream` (a
+ToolSpec generation shares its decoder's drafters with others, so two never
+run at once; its tree forwards do share the step with plain rows).  The
+step runs in worker threads, one per unit, and their model calls meet in a
+:class:`~agentspec.serve.batched_forward.ForwardStep`: all rows go through
+one ragged forward, each request with its own KV cache and attention
+(:mod:`agentspec.serve.batched_forward`), so each request's numbers, and its
+greedy tokens, are exactly those it gets alone.  A step of one unit runs the
+model's own forward.  Requests never share mutable state: each owns its KV
+cache.  A cancelled request stops at its next step; a unit in flight
+finishes first.
+
+Several models (``agentspec serve --model A --model B``): each has its own
+engine and no lock is shared, so their steps run at the same time.  torch's
+intra-op thread count is per OS thread, so each step's threads take the
+engine's share of the cores first: all of torch's threads while one model is
+stepping, half each while two are (``EngineStats.overlapped_steps`` counts
+steps that ran beside another model's).
 
 Prefix reuse: finished (or cancelled) requests leave their KV cache in a small
 LRU :class:`PrefixCache`.  A new request starts from the entry sharing the
@@ -29,25 +44,26 @@ caches only ever grow by concatenation into new tensors, never in place.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import numpy as np
 
 from agentspec.decoding.generation import Generator, RequestContext, SamplingParams, TokenOut, TokenStream
 from agentspec.decoding.grammar import GrammarConstraint
 from agentspec.decoding.kv_cache import Reuse
-from agentspec.decoding.plain import PlainGenerator
-from agentspec.models.local import LocalModel
+from agentspec.decoding.plain import PlainGenerator, PlainStream
+from agentspec.models.local import LocalModel, require
+from agentspec.serve.batched_forward import ForwardStep, participating, route_forwards
 
 __all__ = ["Engine", "EngineStats", "PrefixCache"]
-
-T = TypeVar("T")
-
 
 @dataclass
 class EngineStats:
@@ -62,6 +78,31 @@ class EngineStats:
     generated_tokens: int = 0
     hints_forwarded: int = 0
     """Probe texts handed to a running request as draft hints (``agentspec_hint_for``)."""
+    steps: int = 0
+    """Scheduler steps run (each takes every queued decoding unit and at most one prefill chunk)."""
+    forwards: int = 0
+    """Model forwards run by steps; with N requests decoding together, one forward serves N rows."""
+    batched_rows: int = 0
+    """Token rows those forwards computed."""
+    overlapped_steps: int = 0
+    """Steps that ran while another engine (another model) was stepping too, each on its share of the cores."""
+
+
+@dataclass(eq=False)
+class _Unit:
+    """One unit of model work a request queued: ``start``, ``prefill`` or ``decode``."""
+
+    kind: str
+    work: Callable[[], Any]
+    stream: TokenStream | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+    @property
+    def exclusive(self) -> bool:
+        """Whether it may not run beside another exclusive unit (state shared beyond its own stream)."""
+        return self.kind != "start" and not isinstance(self.stream, PlainStream)
 
 
 @dataclass(eq=False)
@@ -128,19 +169,29 @@ def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 
 
 class Engine:
-    """Serves generations of one :class:`LocalModel`, one step at a time, with prefix reuse (module docstring)."""
+    """Serves generations of one :class:`LocalModel`, concurrent requests decoded together (module docstring)."""
 
     def __init__(
         self, lm: LocalModel, *, prefill_chunk: int = 2048, prefix_cache: PrefixCache | None = None,
-        decoder: Generator | None = None,
+        decoder: Generator | None = None, gather_s: float = 0.005,
     ) -> None:
         self.lm = lm
         self.decoder: Generator = decoder if decoder is not None else PlainGenerator()
         self.stats = EngineStats()
         self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
-        self._lock = anyio.Lock()
         self._prefill_chunk = prefill_chunk
+        self._gather_s = gather_s
         self._running: list[TokenStream] = []
+        # The prefix cache and the running list are read by starts in the step thread and written by the loop.
+        self._shared = threading.Lock()
+        self._queue: list[_Unit] = []
+        self._live = 0
+        self._stepping = False
+        # Events are made inside the event loop (anyio needs one), per step and per gathering.
+        self._step_over: anyio.Event | None = None
+        self._arrived: anyio.Event | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._routed: bool | None = None
         self.contexts: dict[str, RequestContext] = {}
         """Decoder contexts of running requests by their ``agentspec_request_id`` (targets of hints)."""
 
@@ -152,10 +203,6 @@ class Engine:
         # Special tokens match their text in a prompt ("<|im_start|>"), whatever they decode to.
         special = max((len(text.encode()) for text in self.lm.tokenizer.all_special_tokens), default=1)
         return max(1, ordinary, special)
-
-    async def _locked(self, work: Callable[[], T]) -> T:
-        async with self._lock:
-            return await anyio.to_thread.run_sync(work)
 
     async def generate(
         self, prompt: list[int], params: SamplingParams, constraint: GrammarConstraint | None = None,
@@ -171,32 +218,190 @@ class Engine:
         """
         self.stats.active += 1
         self.stats.prompt_tokens += len(prompt)
+        self._live += 1
         gen: TokenStream | None = None
         try:
-            gen = await self._locked(lambda: self._start(prompt, params, constraint, context))
-            self._running.append(gen)
+            gen = await self._run(_Unit("start", lambda: self._start(prompt, params, constraint, context)))
             if on_start is not None:
                 on_start(gen.cached)
             while not gen.prefilled:
-                await self._locked(gen.prefill)
+                await self._run(_Unit("prefill", gen.prefill, gen))
             while True:
-                tokens, finish = await self._locked(gen.decode)
+                tokens, finish = await self._run(_Unit("decode", gen.decode, gen))
                 self.stats.generated_tokens += len(tokens)
                 yield tokens, finish
                 if finish is not None:
                     break
         finally:
             self.stats.active -= 1
+            self._live -= 1
+            self._wake()  # a step gathering units need not wait for this request any more
             if gen is not None:
-                self._running.remove(gen)
-                self.prefix_cache.store(gen.covered, gen.layers())
+                with self._shared:
+                    self._running.remove(gen)
+                    self.prefix_cache.store(gen.covered, gen.layers())
                 gen.close()
+
+    async def _run(self, unit: _Unit) -> Any:
+        """Queue ``unit`` and return its result once a step ran it (this request may run that step itself)."""
+        # A step this request runs itself may never wait: this is where a cancelled request stops.
+        await anyio.lowlevel.checkpoint()
+        self._queue.append(unit)
+        self._wake()
+        try:
+            while not unit.done.is_set():
+                if self._stepping and self._step_over is not None:
+                    await self._step_over.wait()
+                else:
+                    await self._step()
+        except BaseException:
+            if unit in self._queue:
+                self._queue.remove(unit)
+            elif not unit.done.is_set():
+                with anyio.CancelScope(shield=True):  # its thread is stepping the stream: let it finish first
+                    await unit.done.wait()
+            raise
+        if unit.error is not None:
+            raise unit.error
+        return unit.result
+
+    def _wake(self) -> None:
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def _step(self) -> None:
+        self._stepping = True
+        self._step_over = anyio.Event()
+        try:
+            with anyio.move_on_after(self._gather_s):
+                while len(self._queue) < self._live:
+                    self._arrived = anyio.Event()
+                    await self._arrived.wait()
+            units = self._select()
+            with anyio.CancelScope(shield=True):  # others wait on these units: finish them even if cancelled
+                await anyio.to_thread.run_sync(self._execute, units)
+                for unit in units:
+                    unit.done.set()
+        finally:
+            self._stepping = False
+            self._step_over.set()
+            self._step_over = None
+
+    def _select(self) -> list[_Unit]:
+        """This step's units: every start and decode, at most one prefill chunk and one exclusive unit."""
+        chosen: list[_Unit] = []
+        prefill = exclusive = False
+        for unit in self._queue:
+            if unit.exclusive and exclusive or unit.kind == "prefill" and prefill:
+                continue
+            exclusive = exclusive or unit.exclusive
+            prefill = prefill or unit.kind == "prefill"
+            chosen.append(unit)
+        self._queue = [unit for unit in self._queue if unit not in chosen]
+        return chosen
+
+    def _execute(self, units: list[_Unit]) -> None:
+        """Run one step (in a worker thread): starts one by one, then the rest together (module docstring)."""
+        for unit in units:
+            if unit.kind == "start":
+                _perform(unit)
+        work = [unit for unit in units if unit.kind != "start"]
+        if not work:
+            return
+        threads, overlapped = _budget.enter()
+        self.stats.overlapped_steps += int(overlapped)
+        try:
+            _use_threads(threads)
+            self._execute_work(work, threads)
+        finally:
+            _budget.leave()
+
+    def _execute_work(self, work: list[_Unit], threads: int) -> None:
+        self.stats.steps += 1
+        if len(work) == 1:
+            before = _forwards(work[0].stream)
+            _perform(work[0])
+            self.stats.forwards += max(1, _forwards(work[0].stream) - before)
+            return
+        if self._routed is None:
+            self._routed = route_forwards(self.lm.model)
+        if not self._routed:  # a model that cannot fuse forwards: its units run one after another
+            for unit in work:
+                _perform(unit)
+            self.stats.forwards += len(work)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix=f"engine-{self.lm.id}")
+        step = ForwardStep(self.lm.model, len(work))
+
+        def participate(unit: _Unit) -> None:
+            _use_threads(threads)  # the fused forward runs in one of these threads
+            with participating(step):
+                _perform(unit)
+
+        for future in [self._pool.submit(participate, unit) for unit in work]:
+            future.result()
+        self.stats.forwards += step.forwards
+        self.stats.batched_rows += step.rows
 
     def _start(
         self, prompt: list[int], params: SamplingParams, constraint: GrammarConstraint | None,
         context: RequestContext | None,
     ) -> TokenStream:
-        reuse = self.prefix_cache.lookup(prompt, [gen for gen in self._running if gen.prefilled])
-        self.stats.cached_tokens += reuse[0]
-        return self.decoder.start(self.lm, prompt, params, reuse=reuse, constraint=constraint,
-                                  prefill_chunk=self._prefill_chunk, context=context)
+        with self._shared:
+            reuse = self.prefix_cache.lookup(prompt, [gen for gen in self._running if gen.prefilled])
+            self.stats.cached_tokens += reuse[0]
+            stream = self.decoder.start(self.lm, prompt, params, reuse=reuse, constraint=constraint,
+                                        prefill_chunk=self._prefill_chunk, context=context)
+            self._running.append(stream)
+        return stream
+
+
+class _ThreadBudget:
+    """Splits the process's torch threads among the engines stepping at the same time.
+
+    torch's intra-op thread count is per OS thread (OpenMP), so each thread
+    that runs a step sets its own before computing: with one model busy it
+    gets every core; with two models stepping at once (``agentspec serve
+    --model A --model B``) each gets half, instead of both oversubscribing
+    all cores.  The total is the thread count torch had when the first engine
+    was made (``OMP_NUM_THREADS`` or the core count).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._busy = 0
+        self.total: int | None = None
+
+    def enter(self) -> tuple[int, bool]:
+        """A step begins: this engine's share of the threads, and whether another engine is stepping."""
+        with self._lock:
+            if self.total is None:
+                self.total = int(require("torch").get_num_threads())
+            self._busy += 1
+            return max(1, self.total // self._busy), self._busy > 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._busy -= 1
+
+
+_budget = _ThreadBudget()
+
+
+def _use_threads(count: int) -> None:
+    torch = require("torch")
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+
+
+def _perform(unit: _Unit) -> None:
+    try:
+        unit.result = unit.work()
+    except BaseException as exc:  # handed to the request's own coroutine, which raises it
+        unit.error = exc
+
+
+def _forwards(stream: TokenStream | None) -> int:
+    seq = getattr(stream, "seq", None)
+    return int(getattr(seq, "forwards", 0))

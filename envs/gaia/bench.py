@@ -1,27 +1,33 @@
-"""GAIA as a bench: a question, its attachment, file and web tools, and the official scorer.
+"""GAIA as a bench: a question, its attachment, file, web and Python tools, and the official scorer.
 
 GAIA's questions are gated on the Hugging Face hub and may not be reshared, so the data is the user's own folder
 (:mod:`envs.gaia.dataset`); ``tests/data/gaia-format`` holds a few questions of our own in the same format, with
 the calls an oracle agent makes, so the harness runs in CI.
 
-The agent works alone (solo): it reads the attachment, searches and fetches pages, and ends with
-``done(answer=...)``; the answer is scored with GAIA's rules (:mod:`envs.gaia.scorer`).  Every tool only reads
-(files, a search index, pages cached per run), so each is ``read_only``: a speculative call the authority
-confirms is answered from its fork, and nothing is ever undone.
+The agent works alone (solo): it reads the attachment, searches and fetches pages, runs Python, and ends with
+``done(answer=...)``; the answer is scored with GAIA's rules (:mod:`envs.gaia.scorer`).  The reading tools only
+read (files, a search index, pages cached per run): they are ``read_only`` and run in this process whichever
+branch asks.  ``run_python`` runs in a workspace sandbox (:mod:`envs.workspace`: Docker by default, no network,
+limits, an unprivileged user; or an overlay/copy jail) whose folder holds a copy of the attachment; it may write
+files there, so it is ``mutating`` and a speculative run happens in a fork of the sandbox.  ``--backend none``
+drops the Python tool and runs everything in this process.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, NoReturn, Self
+from typing import Any, Literal, NoReturn, Self
 
+import anyio.to_thread
 from pydantic import BaseModel
 
-from agentspec import ModelClient
+from agentspec import ModelClient, WithTools
 from agentspec.env import StateSnapshot
-from agentspec.errors import ConfigError
+from agentspec.errors import ConfigError, SnapshotError
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
 from agentspec.tools import Toolkit, tool
 from agentspec.types import Effect, Observation, Requestor, Step, TerminationReason, ToolCall, ToolSpec
@@ -29,12 +35,18 @@ from envs.gaia.dataset import GaiaData, GaiaTask, read_answers, score
 from envs.gaia.files import read_file
 from envs.gaia.scorer import question_scorer
 from envs.gaia.web import CachedWeb, WebBackend, web_backend
+from envs.workspace.environment import dev_image, open_workspace
+from envs.workspace.tools import WorkspaceTools
+
+Sandbox = Literal["docker", "overlay", "copy", "none"]
+PYTHON_TOOL = "run_python"
 
 INSTRUCTIONS = (
-    "You are a general assistant answering a question with tools: read the attached file, search the web and "
-    "read pages as needed. When you know the answer, call `done` with it. The answer must be as short as "
-    "possible: a number (digits, no thousands separators, no units unless asked), a few words (no articles, no "
-    "abbreviations), or a comma separated list of such items."
+    "You are a general assistant answering a question with tools: read the attached file, search the web, "
+    "read pages and run Python code as your tools allow. When you know the answer, call `done` with it (or "
+    "reply `FINAL ANSWER: ` and the answer). The answer must be as short as possible: a number (digits, no "
+    "thousands separators, no units unless asked), a few words (no articles, no abbreviations), or a comma "
+    "separated list of such items."
 )
 DONE_TOOL = ToolSpec(
     name="done",
@@ -124,11 +136,16 @@ class GaiaBench:
     name = "gaia"
     has_user = False
     default_split = "validation"
-    in_process = True
 
-    def __init__(self, data: GaiaData, *, levels: Sequence[int] | None = None, search: str | None = None) -> None:
+    def __init__(self, data: GaiaData, *, levels: Sequence[int] | None = None, search: str | None = None,
+                 sandbox: Sandbox = "docker", **sandbox_options: Any) -> None:
+        if sandbox not in ("docker", "overlay", "copy", "none"):
+            raise ConfigError(f"unknown sandbox {sandbox!r} for GAIA's Python tool (docker, overlay, copy or none)")
         self.data = data
         self.levels = list(levels) if levels else None
+        self.sandbox: Sandbox = sandbox
+        self.sandbox_options = sandbox_options
+        self.in_process = sandbox == "none"
         corpus = data.root / "corpus"
         name = search or ("local" if corpus.is_dir() else None)
         # One cache per run: a page a speculative call fetched is not fetched again when the authority asks.
@@ -136,8 +153,9 @@ class GaiaBench:
 
     @classmethod
     def from_data_dir(cls, data_dir: str | Path | None = None, *, levels: str | Sequence[int] | None = None,
-                      search: str | None = None, **ignored: Any) -> GaiaBench:
-        """The user's GAIA folder (``--data-dir`` or ``$AGENTSPEC_GAIA_DATA``); ``levels`` like ``"1,2"``."""
+                      search: str | None = None, backend: Sandbox = "docker", **ignored: Any) -> GaiaBench:
+        """The user's GAIA folder (``--data-dir`` or ``$AGENTSPEC_GAIA_DATA``); ``levels`` like ``"1,2"``;
+        ``backend`` is the Python tool's sandbox (``--backend``)."""
         if isinstance(levels, str):
             try:
                 levels = [int(level) for level in levels.split(",") if level.strip()]
@@ -145,7 +163,7 @@ class GaiaBench:
                 raise ConfigError(f"--level {levels!r}: give levels 1, 2 or 3, comma-separated") from None
         if levels and any(level not in (1, 2, 3) for level in levels):
             raise ConfigError(f"--level {levels}: GAIA's levels are 1, 2 and 3")
-        return cls(GaiaData.locate(data_dir), levels=levels, search=search)
+        return cls(GaiaData.locate(data_dir), levels=levels, search=search, sandbox=backend)
 
     # --- the Bench protocol --------------------------------------------------------
 
@@ -162,13 +180,35 @@ class GaiaBench:
 
     @asynccontextmanager
     async def open_backend(self, task: GaiaTask, *, solo: bool) -> AsyncIterator[SnapshotBackend]:
-        yield InProcessBackend(GaiaEnvironment(GaiaTools(task, self.web)))
+        """The question's tools; with a sandbox, its folder (holding a copy of the attachment) is removed on exit."""
+        tools = GaiaTools(task, self.web)
+        if self.sandbox == "none":
+            yield InProcessBackend(GaiaEnvironment(tools))
+            return
+        folder = Path(await anyio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix=f"agentspec-gaia-{task.id}-")))
+        try:
+            await anyio.to_thread.run_sync(_copy_attachment, task, folder)
+            options = dict(self.sandbox_options)
+            if self.sandbox == "docker" and "image" not in options:
+                try:
+                    options["image"] = await anyio.to_thread.run_sync(dev_image)
+                except SnapshotError as exc:
+                    raise SnapshotError(f"{exc} (GAIA's Python tool runs in Docker by default: start an engine, "
+                                        "or pass --backend overlay, copy or none)") from exc
+            async with open_workspace(self.sandbox, source=folder, **options) as workspace:
+                yield WithTools(workspace, tools, expose={PYTHON_TOOL})
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(lambda: shutil.rmtree(folder, ignore_errors=True))
 
     def tools(self, task: GaiaTask, *, solo: bool) -> list[ToolSpec]:
-        return [*GaiaTools(task, self.web).specs(), DONE_TOOL]
+        python = [spec for spec in WorkspaceTools().specs() if spec.name == PYTHON_TOOL] if self.sandbox != "none" else []
+        return [*GaiaTools(task, self.web).specs(), *python, DONE_TOOL]
 
     def system_prompt(self, task: GaiaTask, *, solo: bool) -> str:
         attached = f"\n\nAttached file: {task.file_name}" if task.file_name else ""
+        if attached and self.sandbox != "none":
+            attached += f" (also in the working folder of `{PYTHON_TOOL}` as {Path(task.file_name).name})"
         return f"{INSTRUCTIONS}\n\n<question>\n{task.question}\n</question>{attached}"
 
     def gold_actions(self, task: GaiaTask) -> list[tuple[Requestor, ToolCall]]:
@@ -202,6 +242,17 @@ class GaiaBench:
         return GaiaScore(reward=float(correct), correct=correct, answer=answer, ground_truth=task.answer,
                          level=task.level, termination=termination)
 
+    def figures(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """``accuracy`` and ``accuracy_by_level`` (keys "1".."3", levels present only) of one mode's episodes."""
+        by_level: dict[str, list[float]] = {}
+        for record in records:
+            level = (record.get("evaluation") or {}).get("level")
+            if level is not None:
+                by_level.setdefault(str(level), []).append(record["reward"])
+        rewards = [record["reward"] for record in records]
+        return {"accuracy": round(sum(rewards) / len(rewards), 4) if rewards else None,
+                "accuracy_by_level": {k: round(sum(v) / len(v), 4) for k, v in sorted(by_level.items())}}
+
     # --- submissions and ``agentspec score`` ---------------------------------------------
 
     def submission(self, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -215,3 +266,8 @@ class GaiaBench:
     def score_answers(self, path: str | Path, *, split: str) -> dict[str, Any]:
         """A submission file (``task_id``, ``model_answer`` per line) scored against the split's answers."""
         return score(self.tasks(split), read_answers(path))
+
+
+def _copy_attachment(task: GaiaTask, folder: Path) -> None:
+    if task.file_path is not None and task.file_path.is_file():
+        shutil.copyfile(task.file_path, folder / task.file_path.name)

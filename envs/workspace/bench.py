@@ -19,7 +19,6 @@ There is no user simulator: every episode is solo (``has_user = False``).
 
 from __future__ import annotations
 
-import functools
 import re
 import shutil
 import tempfile
@@ -36,7 +35,7 @@ from agentspec.errors import ConfigError
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Effect, Requestor, Step, TerminationReason, ToolCall, ToolSpec
 from envs.workspace.demo_tasks import TASKS, FileCheck, WorkspaceTask
-from envs.workspace.environment import open_workspace
+from envs.workspace.environment import dev_image, open_workspace
 from envs.workspace.tools import WorkspaceTools
 
 __all__ = ["DONE_TOOL", "CheckResult", "FileCheck", "WorkspaceBench", "WorkspaceScore", "WorkspaceTask"]
@@ -139,7 +138,7 @@ class WorkspaceBench:
             await anyio.to_thread.run_sync(_write_files, source, dict(task.files))
             options = dict(self.backend_options)
             if self.backend == "docker" and "image" not in options:
-                options["image"] = await anyio.to_thread.run_sync(_dev_image)
+                options["image"] = await anyio.to_thread.run_sync(dev_image)
             async with open_workspace(self.backend, source=source, **options) as backend:
                 yield backend
         finally:
@@ -197,20 +196,6 @@ class WorkspaceBench:
         results = [await _check(live, check) for check in task.checks]
         solved = termination is TerminationReason.AGENT_STOP and all(result.passed for result in results)
         return WorkspaceScore(reward=1.0 if solved else 0.0, termination=termination, steps=len(steps), checks=results)
-
-
-@functools.cache
-def _dev_image() -> str:
-    """The development sandbox image (``envs/sandboxes/dev.toml``), built once or found by its content hash."""
-    import docker
-
-    from agentspec.sandbox.images import ImageDefinition, build_image, find_definition
-
-    client = docker.from_env()
-    try:
-        return build_image(client, ImageDefinition.load(find_definition("dev"))).tag
-    finally:
-        client.close()
 
 
 def _write_files(root: Path, files: dict[str, str]) -> None:

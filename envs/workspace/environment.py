@@ -12,6 +12,7 @@ runs it in every mode exactly like the in-process tau2 environment.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +31,21 @@ Kind = Literal["overlay", "copy", "docker"]
 def workspace_program() -> SandboxProgram:
     """The workspace tools and the ops module that runs them inside a sandbox."""
     return SandboxProgram(toolkit=WorkspaceTools(), ops_file=OPS_FILE)
+
+
+@functools.cache
+def dev_image() -> str:
+    """The development sandbox image (``envs/sandboxes/dev.toml``), built once or found by its content hash.
+
+    SnapshotError (one line) when no Docker engine answers."""
+    from agentspec.sandbox import connect
+    from agentspec.sandbox.images import ImageDefinition, build_image, find_definition
+
+    client = connect()
+    try:
+        return build_image(client, ImageDefinition.load(find_definition("dev"))).tag
+    finally:
+        client.close()
 
 
 @asynccontextmanager

@@ -1,0 +1,215 @@
+"""The driver side of ``agentspec run --ray``: a mode's episodes as Ray tasks, streamed back into the local run.
+
+:func:`run_mode_on_ray` replaces the local episode loop of :func:`agentspec.assembly.run_mode` and returns the
+same episodes in the same job order, so ``results.json``, the summary and the progress bar do not change::
+
+    spec = RunSpec.of(bench="tau2-telecom", split="small", agent="oracle", modes="sa", out="runs/x",
+                      speculator_model="noisy-oracle:0.8", latency_model="smc-paper", cluster="127.0.0.1:6379")
+    outcome = run(spec)            # each episode is a Ray task; runs/x/run-sa.log.jsonl as in a local run
+
+Each task needs one CPU, plus one unit of the custom resource ``docker`` when its environment is not in process
+(a Docker-backed bench): start the nodes that have a Docker engine with ``ray start --resources '{"docker": N}'``.
+A task that loses its worker is retried by Ray (up to :data:`MAX_RETRIES` times) and resumes from its part log
+(:mod:`agentspec.cluster.parts`); the driver merges each finished part into the run log, so every result
+appears there exactly once.  With a cluster, the number of episodes in flight is the cluster's CPUs (or
+``docker`` slots), not ``--concurrency``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agentspec.bench.episode import Episode, LoggedEpisode
+from agentspec.bench.protocol import Bench
+from agentspec.bench.runner import run_jobs
+from agentspec.cluster.parts import clear_parts, merge_finished, merge_part, part_path
+from agentspec.cluster.worker import EpisodeJob, Playbook, Shared, play_episode
+from agentspec.errors import AgentSpecError, ClusterError, ConfigError
+from agentspec.macros import MacroLibrary
+from agentspec.run_spec import RunSpec
+from agentspec.runtime.modes import Mode
+from agentspec.runtime.real_time import virtual_clock
+from agentspec.runtime.runlog import RunLog, TaskLog
+
+DEFAULT_ADDRESS = "default"
+"""``RunSpec.cluster`` for a bare ``--ray``: the cluster ``RAY_ADDRESS`` (or a running local one) names, else a
+new one on this machine."""
+MAX_RETRIES = 3
+"""Attempts Ray makes after the first when a task's worker dies."""
+POLL_S = 0.2
+"""How long the driver's thread waits for finished tasks before checking again (wall time)."""
+
+Result = Episode | LoggedEpisode
+
+
+def episode_resources(spec: RunSpec, bench: Bench[Any]) -> dict[str, Any]:
+    """What one episode asks Ray for: a CPU, and a ``docker`` slot when its environment runs outside the process.
+
+    >>> episode_resources(RunSpec(), type("B", (), {"in_process": False})())
+    {'num_cpus': 1, 'resources': {'docker': 1}}
+    """
+    needs_engine = spec.backend == "docker" or not bench.in_process
+    return {"num_cpus": 1, "resources": {"docker": 1} if needs_engine else {}}
+
+
+def check_spec(spec: RunSpec, roles: dict[str, str | None]) -> None:
+    """Refuse what a cluster run cannot do: ConfigError saying what to do instead (``roles``: each role's
+    default model, as the run decided)."""
+    from agentspec.bench.roles import plan_roles
+
+    if spec.record:
+        raise ConfigError("--record writes one recording from one process: record without --ray, then replay with it")
+    if spec.verify_macros:
+        raise ConfigError("--verify-macros updates one macro library as episodes run: run it without --ray")
+    if spec.replay is None and plan_roles(spec, roles).embedded:
+        raise ConfigError("with --ray every model must be an endpoint the workers can reach: name them with "
+                          "--agent-model / --user-model / --speculator-model URL (local models are not served on workers)")
+
+
+def connect(address: str) -> Any:
+    """The ``ray`` module, connected to ``address`` (:data:`DEFAULT_ADDRESS`: Ray's own choice); ConfigError when
+    Ray is missing or the cluster cannot be reached."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--ray needs Ray: pip install 'agentspec[ray]'") from None
+    if not ray.is_initialized():
+        try:
+            ray.init(address=None if address == DEFAULT_ADDRESS else address, log_to_driver=False,
+                     logging_level="WARNING", configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ConfigError(f"cannot reach the Ray cluster at {address}: {exc}; start one with `ray start --head` "
+                              "or give its address (--ray HOST:PORT)") from exc
+    return ray
+
+
+def _check_feasible(ray: Any, resources: dict[str, Any]) -> None:
+    """Fail at once (not hang) when no node offers what an episode needs."""
+    offered = ray.cluster_resources()
+    for name, amount in resources["resources"].items():
+        if offered.get(name, 0) < amount:
+            raise ConfigError(f"no node of the Ray cluster offers the {name!r} resource these episodes need: start a "
+                              f"node that has a Docker engine with ray start --resources '{{\"{name}\": 4}}'")
+
+
+class _Waiter:
+    """One thread waits on every task at once (``ray.wait``) and wakes the job whose result came."""
+
+    def __init__(self, ray: Any) -> None:
+        self.ray = ray
+        self.pending: dict[Any, anyio.Event] = {}
+        self.done: dict[Any, Any] = {}
+
+    def submit(self, ref: Any) -> None:
+        self.pending[ref] = anyio.Event()
+
+    async def result(self, ref: Any) -> Any:
+        await self.pending[ref].wait()
+        return self.done.pop(ref)
+
+    async def run(self) -> None:
+        while any(not event.is_set() for event in self.pending.values()):
+            waiting = [ref for ref, event in self.pending.items() if not event.is_set()]
+            ready, _ = await anyio.to_thread.run_sync(functools.partial(
+                self.ray.wait, waiting, num_returns=len(waiting), timeout=POLL_S, fetch_local=True))
+            for ref in ready:
+                self.done[ref] = await anyio.to_thread.run_sync(self._get, ref)
+                self.pending[ref].set()
+
+    def _get(self, ref: Any) -> Any:
+        try:
+            return self.ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - handed to the job that owns the task, which raises it
+            return exc
+
+
+def _raise_for(error: BaseException, key: str) -> None:
+    """Re-raise an episode's own error (a ReplayMiss, a ConfigError) as itself; the cluster's as ClusterError."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, AgentSpecError):
+        raise cause
+    first = str(error).splitlines()[0] if str(error) else ""
+    raise ClusterError(f"task {key!r} failed on the Ray cluster (a task whose worker dies is retried {MAX_RETRIES} "
+                       f"times): {type(error).__name__}: {first}") from error
+
+
+async def run_mode_on_ray(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Sequence[tuple[Any, int]],
+                          playbook: Playbook, macros: MacroLibrary | None = None) -> list[Result]:
+    """Every job in ``mode`` as a Ray task, played as ``playbook`` says; with ``spec.out``, logged to
+    ``run-<mode>.log.jsonl`` as a local run is (``resume`` continues it, on any worker).  Results keep job order."""
+    check_spec(spec, playbook.roles)
+    ray = connect(spec.cluster or DEFAULT_ADDRESS)
+    resources = episode_resources(spec, bench)
+    _check_feasible(ray, resources)
+    log_path = Path(spec.out) / f"run-{mode.name}.log.jsonl" if spec.out else None
+    previous = _prepare_log(spec, mode, log_path)
+    distractors = bench.distractors() if spec.agent == "oracle" else []
+    holder = [ray.put(Shared(spec, mode, bench, playbook, macros, list(distractors), _on_virtual_clock()))]
+    remote = ray.remote(play_episode).options(max_retries=MAX_RETRIES, retry_exceptions=False, **resources)
+    waiter = _Waiter(ray)
+    refs: dict[str, Any] = {}
+    for task, trial in jobs:  # submitted at once: Ray queues what the cluster cannot run yet
+        key = f"{task.id}#{trial}"
+        logged = previous.get(key)
+        if logged is None or logged.result is None:
+            part = str(part_path(spec.out, mode.name, key)) if spec.out else None
+            refs[key] = remote.remote(holder, EpisodeJob(task, trial, part, logged))
+            waiter.submit(refs[key])
+
+    async def one(job: tuple[Any, int]) -> Result:
+        task, trial = job
+        key = f"{task.id}#{trial}"
+        if key not in refs:
+            stored = previous[key].result or {}
+            return LoggedEpisode(task.id, stored["reward"], stored.get("error"), stored)
+        episode = await waiter.result(refs[key])
+        if isinstance(episode, BaseException):
+            _raise_for(episode, key)
+        if log_path is not None:
+            part = part_path(spec.out or "", mode.name, key)
+            if part.is_file():
+                merge_part(part, log_path)
+        return episode  # type: ignore[no-any-return]
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiter.run)
+            results = await run_jobs(jobs, one, concurrency=max(1, len(jobs)), progress=spec.progress, label=mode.name)
+    except BaseException:
+        _cancel(ray, [ref for ref, event in waiter.pending.items() if not event.is_set()])
+        raise
+    return results  # type: ignore[return-value]
+
+
+def _cancel(ray: Any, refs: list[Any]) -> None:
+    """Stop the tasks of a run that stopped (an error, Ctrl-C), so no worker keeps writing its part: a later
+    ``--resume`` continues each from its log."""
+    for ref in refs:
+        try:
+            ray.cancel(ref, force=True)
+        except Exception:  # noqa: BLE001, S112 - a task that already ended cannot be cancelled; nothing to do
+            continue
+
+
+def _on_virtual_clock() -> bool:
+    """Whether this run is on trio's virtual clock (as :func:`agentspec.assembly.run` chose)."""
+    return virtual_clock() is not None
+
+
+def _prepare_log(spec: RunSpec, mode: Mode, log_path: Path | None) -> dict[str, TaskLog]:
+    """The run log's tasks for a resumed run (after merging parts a stopped driver left finished); a fresh run
+    starts from an empty log and no parts."""
+    if log_path is None:
+        return {}
+    if not spec.resume:
+        log_path.unlink(missing_ok=True)
+        clear_parts(spec.out or "", mode.name)
+        RunLog(log_path).close()  # the header, as a local run writes it
+        return {}
+    merge_finished(spec.out or "", mode.name, log_path)
+    return RunLog.read(log_path)

@@ -1,0 +1,158 @@
+"""Real models on the real clock: tau2-telecom solo episodes, every mode in one run, modes alternating task by task.
+
+The authority is ``qwen2.5-coder-1.5b`` and the speculator ``qwen2.5-coder-0.5b``, both served by one
+``agentspec serve --decoder toolspec`` child process (or ``--base-url`` for a server you run that has both).
+Each task runs once per mode; the order of the modes rotates from task to task, so machine noise and a warm
+prefix cache hit every mode alike.  Tools in tau2 answer in microseconds, where real agents call remote APIs, so
+every live tool call also sleeps ``--tool-latency`` seconds (a real sleep, reported in the JSON).
+
+    python experiments/real_wall.py --data-dir ../shared/data/tau2 --limit 10 --tool-latency 1.0
+
+Reported per mode: mean, P50 and P95 task wall time and the ratio to sequential; reward; authority calls and
+calls skipped; the speculator's next-call hit rate; probe hits; ToolSpec forwards per authority call; the share of
+task time during which two model lanes (authority and speculator or probe) were busy at once; whether each
+task's calls equal sequential's (sa must: greedy decoding and exact-match commits change timing only).  With
+``--timelines DIR`` a PNG timeline of the first task per mode is written there.  The last stdout line is JSON
+keyed by mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentspec.assembly import episode_parts, load_macros, run_episode  # noqa: E402
+from agentspec.bench.registry import open_bench  # noqa: E402
+from agentspec.models import ModelClient, ModelConfig  # noqa: E402
+from agentspec.models.embedded import served_models  # noqa: E402
+from agentspec.run_spec import RunSpec  # noqa: E402
+from agentspec.runtime.latency import LatencyModel, ToolLatency  # noqa: E402
+from agentspec.runtime.metrics import percentile  # noqa: E402
+
+MODEL_LANES = ("authority", "speculator", "probe")
+
+
+def overlap_s(events: list[dict[str, Any]]) -> float:
+    """Seconds during which at least two model lanes were busy (authority with a speculator or a probe)."""
+    edges = sorted([(e["start"], 1) for e in events if e["lane"] in MODEL_LANES and e["end"] > e["start"]]
+                   + [(e["end"], -1) for e in events if e["lane"] in MODEL_LANES and e["end"] > e["start"]])
+    busy, last, total = 0, 0.0, 0.0
+    for at, step in edges:
+        if busy >= 2:
+            total += at - last
+        busy, last = busy + step, at
+    return total
+
+
+def calls_of(episode: Any) -> list[tuple[str, str]]:
+    return [(c.name, json.dumps(c.arguments, sort_keys=True)) for m in episode.trajectory.messages for c in m.tool_calls]
+
+
+async def play(spec: RunSpec, bench: Any, task: Any, clients: dict[str, ModelClient], macros: Any) -> dict[str, Any]:
+    mode = spec.modes[0]
+    parts = episode_parts(spec, mode, bench, task, clients, solo=True)
+    episode = await run_episode(spec, mode, bench, task, parts, macros=macros)
+    record = episode.record()
+    execution = record.get("execution") or {}
+    events = execution.get("timeline") or []
+    return {"task": task.id, "wall_s": episode.timings["wall_s"], "reward": record.get("reward"),
+            "error": record.get("error"), "metrics": execution.get("metrics") or {}, "calls": calls_of(episode),
+            "overlap_s": overlap_s(events), "timeline": events}
+
+
+def summarise(runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[str, Any]:
+    walls = [r["wall_s"] for r in runs]
+    total = {key: sum(r["metrics"].get(key, 0) or 0 for r in runs) for key in (
+        "authority_calls", "authority_skipped", "speculator_calls", "commits_sa", "commits_macro", "commits_spork",
+        "probes", "probe_hits", "authority_forwards", "authority_reported_calls", "speculative_tool_calls",
+        "wasted_tool_calls")}
+    predictions = sum((r["metrics"].get("predictions_by_depth") or [0])[0] for r in runs)
+    hits = sum((r["metrics"].get("hits_by_depth") or [0])[0] for r in runs)
+    mean = sum(walls) / len(walls)
+    base = sum(r["wall_s"] for r in baseline) / len(baseline)
+    return {
+        "tasks": len(runs), "mean_task_wall_s": round(mean, 2), "p50_wall_s": round(percentile(walls, 0.5), 2),
+        "p95_wall_s": round(percentile(walls, 0.95), 2), "ratio_vs_sequential": round(base / mean, 3),
+        "reward_mean": round(sum(r["reward"] or 0 for r in runs) / len(runs), 4),
+        "speculator_hit_rate": round(hits / predictions, 3) if predictions else None,
+        "forwards_per_authority_call": (round(total["authority_forwards"] / total["authority_reported_calls"], 2)
+                                        if total["authority_reported_calls"] else None),
+        "overlap_fraction": round(sum(r["overlap_s"] for r in runs) / max(sum(walls), 1e-9), 3),
+        "same_calls_as_sequential": sum(r["calls"] == b["calls"] for r, b in zip(runs, baseline, strict=True)),
+        "errors": [r["error"] for r in runs if r["error"]],
+        **total,
+    }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    modes = args.modes.split(",")
+    if modes[0] != "sequential":
+        raise SystemExit("--modes must start with sequential (the baseline of every ratio)")
+    bench = open_bench("tau2-telecom", args.data_dir)
+    tasks = bench.tasks(args.split, limit=args.limit)
+    specs = {mode: RunSpec.of(
+        bench="tau2-telecom", agent="llm", solo=True, modes=mode, agent_model=args.authority_model,
+        speculator_model=args.speculator_model, max_tokens=args.max_tokens, max_calls=args.max_calls,
+        speculator_hints=args.hints, depth=args.depth,
+        latency_model=LatencyModel(name="tool-latency", tool=ToolLatency(fixed_s=args.tool_latency)),
+    ) for mode in modes}
+    _, macros = load_macros(specs["smc"]) if "smc" in specs else (None, None)
+    models = [args.authority_model, args.speculator_model]
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    started = time.perf_counter()
+    async with served_models(models, base_url=args.base_url, decoder="toolspec") as served:
+        configs = {role: ModelConfig(base_url=served.base_url, model=served.model_ids[name], timeout_s=3600, max_retries=0)
+                   for role, name in (("agent", args.authority_model), ("speculator", args.speculator_model))}
+        async with ModelClient(configs["agent"]) as agent, ModelClient(configs["speculator"]) as speculator:
+            clients = {"agent": agent, "speculator": speculator}
+            for index, task in enumerate(tasks):
+                order = modes[index % len(modes):] + modes[:index % len(modes)]
+                for mode in order:
+                    run = await play(specs[mode], bench, task, clients, macros)
+                    runs[mode].append(run)
+                    print(f"{task.id} {mode}: {run['wall_s']:.1f} s, reward {run['reward']}", file=sys.stderr, flush=True)
+    if args.timelines:
+        from agentspec.runtime.timeline import plot_timeline
+
+        for mode, mode_runs in runs.items():
+            plot_timeline(mode_runs[0]["timeline"], Path(args.timelines) / f"real-wall-{mode}.png",
+                          title=f"{mode}: {mode_runs[0]['task']}")
+    report = {mode: summarise(mode_runs, runs["sequential"]) for mode, mode_runs in runs.items()}
+    conditions = {"authority": args.authority_model, "speculator": args.speculator_model, "split": args.split,
+                  "tool_latency_s": args.tool_latency, "max_calls": args.max_calls, "hints": args.hints,
+                  "run_s": round(time.perf_counter() - started, 1)}
+    print(json.dumps({"conditions": conditions, "episodes": {m: [{k: v for k, v in r.items() if k != "timeline"}
+                                                                 for r in rs] for m, rs in runs.items()}}),
+          file=sys.stderr)
+    return {**report, "conditions": conditions}
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default="../shared/data/tau2")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--limit", type=int, default=10)
+    parser.add_argument("--modes", default="sequential,sa,smc")
+    parser.add_argument("--authority-model", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--speculator-model", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--base-url", help="a running `agentspec serve --decoder toolspec` with both models")
+    parser.add_argument("--tool-latency", type=float, default=1.0, help="seconds every live tool call sleeps")
+    parser.add_argument("--max-calls", type=int, default=8, help="authority decisions per episode")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--depth", type=int, default=2, help="speculation chain depth")
+    parser.add_argument("--hints", action=argparse.BooleanOptionalAction, default=True,
+                        help="send the speculator's predicted calls to the authority's decoder as draft hints")
+    parser.add_argument("--timelines", help="folder for one timeline PNG per mode (first task)")
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    print(json.dumps(anyio.run(main, parse())))

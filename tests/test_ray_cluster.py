@@ -1,0 +1,363 @@
+"""Episodes on a real Ray cluster: two nodes started on this machine, compared with local runs of the same tasks.
+
+The cluster is ``ray start --head`` plus a second node joined with ``ray start --address``, each with one CPU,
+stopped (by process group) after the module.  Episodes use the oracle agent with a noisy-oracle speculator on
+the virtual clock over a few tau2-telecom tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentspec.assembly import run
+from agentspec.errors import ConfigError
+from agentspec.run_spec import RunSpec
+
+VENV_BIN = Path(sys.executable).parent
+TASKS = 4
+BASE: dict[str, Any] = {"bench": "tau2-telecom", "split": "small", "limit": TASKS, "agent": "oracle", "modes": "sa",
+                        "speculator_model": "noisy-oracle:0.8", "latency_model": "smc-paper", "progress": False}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_node(temp: Path, *args: str) -> subprocess.Popen[bytes]:
+    # --block keeps `ray start` in the foreground, so its whole process group is ours to stop.
+    command = [str(VENV_BIN / "ray"), "start", "--block", "--num-cpus", "1", "--object-store-memory", "100000000",
+               "--disable-usage-stats", "--dashboard-agent-listen-port", str(_free_port()), *args]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    with (temp / f"node-{len(list(temp.glob('node-*')))}.log").open("wb") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+
+
+def _stop(node: subprocess.Popen[bytes]) -> None:
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(node.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            node.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig == signal.SIGTERM:
+            time.sleep(1.0)  # let its children exit before the group is killed outright
+            try:
+                os.killpg(node.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return
+
+
+@pytest.fixture(scope="module")
+def cluster(tau2_dir: Path) -> Iterator[str]:
+    """The address of a two-node Ray cluster on this machine."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'agentspec[ray]')")
+    temp = Path(tempfile.mkdtemp(prefix="ar", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    nodes = [_start_node(temp, "--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", str(temp / "t"))]
+    deadline = time.monotonic() + 90
+
+    def wait(what: str, ready: Any) -> None:
+        while not ready():
+            if time.monotonic() > deadline or any(n.poll() is not None for n in nodes):
+                logs = "\n".join(p.read_text(errors="replace")[-800:] for p in temp.glob("node-*.log"))
+                pytest.skip(f"could not start {what} of a Ray cluster on this machine:\n{logs}")
+            time.sleep(0.5)
+
+    try:
+        wait("the head node", lambda: "ray start --address" in (temp / "node-0.log").read_text(errors="replace"))
+        nodes.append(_start_node(temp, "--address", address))
+        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+        wait("the second node", lambda: sum(1 for n in ray.nodes() if n["Alive"]) >= 2)
+        yield address
+    except (ConnectionError, RuntimeError) as exc:
+        pytest.skip(f"could not start a Ray cluster on this machine: {exc}")
+    finally:
+        ray.shutdown()
+        for node in reversed(nodes):
+            _stop(node)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    return json.loads((out / "results.json").read_text())["episodes"]["sa"] if (out / "results.json").exists() else []
+
+
+def _by_task(outcome: Any) -> dict[str, dict[str, Any]]:
+    records = [e.record() for e in outcome.modes["sa"].episodes]
+    assert len(records) == len({r["task_id"] for r in records}), "a task appears more than once"
+    return {r["task_id"]: r for r in records}
+
+
+def _messages(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The episode's messages without call ids (the user simulator draws them at random, locally too)."""
+    def plain(message: dict[str, Any]) -> dict[str, Any]:
+        calls = [{k: v for k, v in c.items() if k != "id"} for c in message.get("tool_calls", [])]
+        return {**{k: v for k, v in message.items() if k != "tool_call_id"}, "tool_calls": calls}
+    return [plain(m) for m in record["messages"]]
+
+
+def _comparable(record: dict[str, Any]) -> dict[str, Any]:
+    """A record without its wall time and call ids (what a different process cannot share)."""
+    timings = {k: v for k, v in record["timings"].items() if k != "wall_s"}
+    return {**record, "timings": timings, "messages": _messages(record)}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, with virtual times equal up to float rounding (a local run's later episodes start at a clock
+    offset, so their relative times are differences of larger numbers)."""
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, int | float) and isinstance(b, int | float) and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _log_records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def _committed_steps(path: Path, task_key: str) -> list[int]:
+    return [s["step"] for r in _log_records(path) if r["type"] == "commit" and r["task_id"] == task_key
+            for s in r["steps"]]
+
+
+@pytest.fixture(scope="module")
+def local(tau2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The same tasks run in this process: what every cluster run must reproduce."""
+    return _by_task(run(RunSpec.of(**BASE, data_dir=str(tau2_dir), out=str(tmp_path_factory.mktemp("local")))))
+
+
+class StoppingBench:
+    """The tau2 bench, except that one task's worker stops at its ``at``-th committed change of its live state (a call executed there, by agent or user, or a fork promoted): it kills its own
+    process (``kill``) or hangs (as a driver killed around it would leave it), once (a marker file says it did)."""
+
+    def __init__(self, inner: Any, task_id: str, marker: Path, *, at: int = 2, kill: bool = True) -> None:
+        self.inner, self.task_id, self.marker, self.at, self.kill = inner, task_id, marker, at, kill
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet while unpickling: no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    @asynccontextmanager
+    async def open_backend(self, task: Any, *, solo: bool) -> AsyncIterator[Any]:
+        async with self.inner.open_backend(task, solo=solo) as backend:
+            if task.id == self.task_id and not self.marker.exists():
+                self._arm(backend)
+            yield backend
+
+    def _arm(self, backend: Any) -> None:
+        changes = [0]
+        execute, commit = backend.execute, backend.commit
+
+        def count() -> None:
+            changes[0] += 1
+            if changes[0] == self.at:
+                self.marker.write_text(str(os.getpid()))
+                if self.kill:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                time.sleep(3600)  # blocks the worker's event loop: it never commits again
+
+        async def stopping_execute(call: Any, requestor: str = "assistant") -> Any:
+            count()
+            return await execute(call, requestor)
+
+        async def stopping_commit(sandbox: Any) -> None:
+            count()
+            await commit(sandbox)
+
+        backend.execute, backend.commit = stopping_execute, stopping_commit
+
+
+def _stopping(tau2_dir: Path, local: dict[str, dict[str, Any]], marker: Path, *, kill: bool) -> tuple[Any, str]:
+    import ray.cloudpickle
+
+    from agentspec.bench.registry import open_bench
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
+    longest = max(local.values(), key=lambda r: len(r["execution"]["sources"]))
+    assert len(longest["execution"]["sources"]) > 2, "the test needs a task with more than 2 committed steps"
+    bench = StoppingBench(open_bench("tau2-telecom", tau2_dir), longest["task_id"], marker, kill=kill)
+    return bench, longest["task_id"]
+
+
+def test_cluster_run_equals_local_run_task_for_task(cluster: str, local: dict[str, dict[str, Any]], tau2_dir: Path,
+                                                     tmp_path: Path) -> None:
+    outcome = run(RunSpec.of(**BASE, data_dir=str(tau2_dir), out=str(tmp_path), cluster=cluster))
+    remote = _by_task(outcome)
+    assert list(remote) == list(local)  # job order kept
+    for task_id, record in local.items():
+        assert _same(_comparable(remote[task_id]), _comparable(record)), task_id
+    tasks = [r for r in _log_records(tmp_path / "run-sa.log.jsonl") if r["type"] == "task"]
+    assert Counter(r["task_id"] for r in tasks) == Counter(f"{t}#0" for t in local)
+    assert not list((tmp_path / "ray-parts" / "sa").glob("*.jsonl"))  # every part merged
+
+
+def test_a_killed_worker_loses_nothing_and_every_result_appears_once(
+        cluster: str, local: dict[str, dict[str, Any]], tau2_dir: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "killed"
+    bench, victim = _stopping(tau2_dir, local, marker, kill=True)
+    spec = RunSpec.of(**BASE, data_dir=str(tau2_dir), out=str(tmp_path / "out"), cluster=cluster)
+    remote = _by_task(run(spec, bench=bench))
+    assert marker.exists(), "the worker playing the victim task was not killed"
+    assert set(remote) == set(local)
+    for task_id, record in local.items():
+        assert remote[task_id]["reward"] == record["reward"]
+        assert remote[task_id]["messages"] and _messages(remote[task_id]) == _messages(record), task_id
+        if task_id != victim:
+            assert _same(_comparable(remote[task_id]), _comparable(record)), task_id
+    log = tmp_path / "out" / "run-sa.log.jsonl"
+    assert Counter(r["task_id"] for r in _log_records(log) if r["type"] == "task") == Counter(f"{t}#0" for t in local)
+    steps = _committed_steps(log, f"{victim}#0")
+    assert steps == list(range(len(steps))), f"a committed step was applied again after the kill: {steps}"
+    assert len(steps) == len(local[victim]["execution"]["sources"])
+
+
+_DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+import ray.cloudpickle, test_ray_cluster as t
+from agentspec.assembly import run
+from agentspec.bench.registry import open_bench
+from agentspec.run_spec import RunSpec
+from pathlib import Path
+ray.cloudpickle.register_pickle_by_value(t)
+bench = t.StoppingBench(open_bench("tau2-telecom", {data!r}), {victim!r}, Path({marker!r}), kill=False)
+run(RunSpec.of(**t.BASE, data_dir={data!r}, out={out!r}, cluster={cluster!r}), bench=bench)
+"""
+
+
+def _wait_for(what: str, done: Any, driver: subprocess.Popen[bytes], output: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if driver.poll() is not None:
+            pytest.fail(f"the driver exited before {what}: {output.read_text(errors='replace')[-2000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_resume_after_a_full_stop_reapplies_nothing(cluster: str, local: dict[str, dict[str, Any]], tau2_dir: Path,
+                                                    tmp_path: Path) -> None:
+    import ray
+
+    marker, out = tmp_path / "hung", tmp_path / "out"
+    _, victim = _stopping(tau2_dir, local, marker, kill=False)
+    log = out / "run-sa.log.jsonl"
+    code = _DRIVER.format(tests=str(Path(__file__).parent), data=str(tau2_dir), victim=victim, marker=str(marker),
+                          out=str(out), cluster=cluster)
+    with (tmp_path / "driver.log").open("wb") as output:
+        driver = subprocess.Popen([sys.executable, "-c", code], stdout=output, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    try:
+        _wait_for("the victim task hung mid-episode", marker.exists, driver, tmp_path / "driver.log")
+        _wait_for("the other tasks finished", lambda: log.exists() and sum(
+            r["type"] == "task" for r in _log_records(log)) == TASKS - 1, driver, tmp_path / "driver.log")
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver and everything it started; Ray ends its tasks
+        driver.wait()
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU", 0) < 2:  # the hung worker is gone with its driver
+        assert time.monotonic() < deadline, "the stopped driver's tasks still hold the cluster"
+        time.sleep(0.2)
+    before = _committed_steps(log, f"{victim}#0") + _committed_steps(next((out / "ray-parts" / "sa").glob("*")),
+                                                                      f"{victim}#0")
+    assert before and before == list(range(len(before))), "the victim should have committed steps before it hung"
+    assert len(before) < len(local[victim]["execution"]["sources"])
+
+    resumed = _by_task(run(RunSpec.of(**BASE, data_dir=str(tau2_dir), out=str(out), cluster=cluster, resume=True)))
+    assert set(resumed) == set(local)
+    for task_id, record in local.items():
+        assert resumed[task_id]["reward"] == record["reward"]
+        assert resumed[task_id]["messages"] and _messages(resumed[task_id]) == _messages(record), task_id
+    assert Counter(r["task_id"] for r in _log_records(log) if r["type"] == "task") == Counter(f"{t}#0" for t in local)
+    steps = _committed_steps(log, f"{victim}#0")
+    assert steps == list(range(len(steps))) and len(steps) == len(local[victim]["execution"]["sources"])
+
+
+def test_a_local_run_never_imports_ray(tau2_dir: Path, tmp_path: Path) -> None:
+    code = ("import sys, json; from agentspec.assembly import run; from agentspec.run_spec import RunSpec; "
+            f"o = run(RunSpec.of(**{BASE!r}, data_dir={str(tau2_dir)!r}, out={str(tmp_path)!r})); "
+            "print(json.dumps([len(o.modes['sa'].episodes), 'ray' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) == [TASKS, False]
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"record": "REC"}, "record without --ray"),
+    ({"verify_macros": True}, "without --ray"),
+])
+def test_what_a_cluster_cannot_do_is_refused_before_any_task(tau2_dir: Path, tmp_path: Path, fields: dict[str, Any],
+                                                             message: str) -> None:
+    fields = {k: str(tmp_path / "rec") if v == "REC" else v for k, v in fields.items()}
+    spec = RunSpec.of(**BASE, data_dir=str(tau2_dir), cluster="127.0.0.1:1", **fields)
+    with pytest.raises(ConfigError, match=message):
+        run(spec)
+
+
+def test_ray_flag_needs_an_address_or_none(tau2_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="ADDRESS is empty"):
+        RunSpec.of(**BASE, cluster=" ")
+    from agentspec.cli import main
+
+    assert main(["run", "--bench", "tau2-telecom", "--agent", "oracle", "--ray", "--data-dir", str(tau2_dir)]) == 2
+
+
+def test_agentspec_run_with_ray_writes_the_same_results_file(cluster: str, local: dict[str, dict[str, Any]],
+                                                             tau2_dir: Path, tmp_path: Path) -> None:
+    from agentspec.cli import main
+
+    argv = ["run", "--bench", "tau2-telecom", "--split", "small", "--limit", "2", "--agent", "oracle", "--mode", "sa",
+            "--speculator-model", "noisy-oracle:0.8", "--latency-model", "smc-paper", "--data-dir", str(tau2_dir),
+            "--out", str(tmp_path), "--no-progress", "--ray", cluster]
+    assert main(argv) == 0
+    records = _records(tmp_path)
+    assert [r["task_id"] for r in records] == list(local)[:2]
+    assert all(_same(_comparable(r), _comparable(local[r["task_id"]])) for r in records)
+
+
+def test_a_merge_cut_short_is_merged_again_without_changing_what_the_log_says(tau2_dir: Path, tmp_path: Path) -> None:
+    from agentspec.cluster.parts import merge_finished, part_path
+    from agentspec.runtime.runlog import RunLog
+
+    run(RunSpec.of(**{**BASE, "limit": 1}, data_dir=str(tau2_dir), out=str(tmp_path / "one")))
+    whole = tmp_path / "one" / "run-sa.log.jsonl"
+    expected = RunLog.read(whole)
+    (key,) = expected
+    part = part_path(tmp_path, "sa", key)
+    part.parent.mkdir(parents=True)
+    shutil.copy(whole, part)
+    log = tmp_path / "run-sa.log.jsonl"
+    lines = whole.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[: len(lines) // 2 + 1]))  # the driver died half-way through appending the part
+    assert RunLog.read(log)[key].result is None
+
+    assert merge_finished(tmp_path, "sa", log) == 1
+    assert not part.exists()
+    merged = RunLog.read(log)
+    assert merged[key].result == expected[key].result and merged[key].steps == expected[key].steps

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import statistics
@@ -43,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bfcl_speed import DATA, gorilla_schema, load_questions
+from real_speculator import agentspec_run
 
-from agentspec.cli import main as cli
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.types import Message, ToolSpec
 
@@ -124,15 +123,6 @@ async def bfcl(base_url: str, model: str, questions: list[dict[str, Any]], max_t
         "valid_call_share": round(valid / len(questions), 3),
         "calls": calls,
     }
-
-
-def agentspec_run(argv: list[str]) -> dict[str, Any]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = cli(["run", "--bench", "tau2-telecom", "--solo", "--no-progress", *argv])
-    if code != 0:
-        raise SystemExit(f"agentspec run {' '.join(argv)} failed ({code})")
-    return dict(json.loads(out.getvalue().strip().splitlines()[-1]))
 
 
 def tau2(base_url: str, model: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:

@@ -37,7 +37,6 @@ import importlib
 import json
 import math
 import os
-import signal
 import sys
 import time
 import uuid
@@ -174,7 +173,7 @@ def settings_for(spec: str, gguf: Path, options: LlamaCppOptions = LlamaCppOptio
 def serve_command(args: argparse.Namespace) -> dict[str, Any]:
     """``agentspec serve --engine llama-cpp``: serve until interrupted; return a final JSON summary."""
     from agentspec.serve.lifeline import exit_with_parent
-    from agentspec.serve.server import _announce, _bind, _ignore, _uvicorn_server
+    from agentspec.serve.server import _bind, _uvicorn_server, serve_until_stopped
 
     if getattr(args, "decoder", "greedy") != "greedy" or getattr(args, "sidecar", None):
         raise ConfigError("--decoder toolspec and --sidecar need --engine embedded (llama.cpp decodes by itself)")
@@ -195,20 +194,7 @@ def serve_command(args: argparse.Namespace) -> dict[str, Any]:
     server = _uvicorn_server(app)
     models = [served_id(spec) for spec in specs]
 
-    async def main() -> None:
-        async with anyio.create_task_group() as group:
-            group.start_soon(_announce, server, sock, models)
-            await server.serve(sockets=[sock])
-            group.cancel_scope.cancel()
-
-    # As the embedded engine: uvicorn stops gracefully on SIGINT/SIGTERM, then the command prints its summary.
-    previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        anyio.run(main)
-    finally:
-        sock.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    serve_until_stopped(server, sock, models)  # as the embedded engine: stops on SIGINT/SIGTERM, then reports
     return {"event": "stopped", "engine": "llama-cpp", "models": models, "stats": app.stats}
 
 

@@ -97,9 +97,16 @@ def serve_command(args: argparse.Namespace) -> dict[str, Any]:
         create_app(engines, default_max_tokens=args.max_tokens, max_request_bytes=max_request_bytes)
     )
 
+    serve_until_stopped(server, sock, list(engines))
+    return {"event": "stopped", "stats": {name: dataclasses.asdict(e.stats) for name, e in engines.items()}}
+
+
+def serve_until_stopped(server: Any, sock: socket.socket, models: list[str]) -> None:
+    """Run the uvicorn ``server`` on ``sock`` (announcing ``models`` with a ready line) until SIGINT/SIGTERM."""
+
     async def main() -> None:
         async with anyio.create_task_group() as group:
-            group.start_soon(_announce, server, sock, list(engines))
+            group.start_soon(_announce, server, sock, models)
             await server.serve(sockets=[sock])
             group.cancel_scope.cancel()
 
@@ -112,7 +119,6 @@ def serve_command(args: argparse.Namespace) -> dict[str, Any]:
         sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return {"event": "stopped", "stats": {name: dataclasses.asdict(e.stats) for name, e in engines.items()}}
 
 
 def _ignore(signum: int, frame: Any) -> None:

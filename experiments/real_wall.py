@@ -64,7 +64,8 @@ async def play(spec: RunSpec, bench: Any, task: Any, clients: dict[str, ModelCli
     execution = record.get("execution") or {}
     events = execution.get("timeline") or []
     return {"task": task.id, "wall_s": episode.timings["wall_s"], "reward": record.get("reward"),
-            "error": record.get("error"), "metrics": execution.get("metrics") or {}, "calls": calls_of(episode),
+            "error": record.get("error"), "termination": str(episode.trajectory.termination),
+            "metrics": execution.get("metrics") or {}, "calls": calls_of(episode),
             "overlap_s": overlap_s(events), "timeline": events}
 
 
@@ -98,6 +99,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("--modes must start with sequential (the baseline of every ratio)")
     bench = open_bench("tau2-telecom", args.data_dir)
     tasks = bench.tasks(args.split, limit=args.limit)
+    warm_mode = next((mode for mode in modes if mode in ("sa", "smc")), modes[0])
     specs = {mode: RunSpec.of(
         bench="tau2-telecom", agent="llm", solo=True, modes=mode, agent_model=args.authority_model,
         speculator_model=args.speculator_model, max_tokens=args.max_tokens, max_calls=args.max_calls,
@@ -107,6 +109,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     _, macros = load_macros(specs["smc"]) if "smc" in specs else (None, None)
     models = [args.authority_model, args.speculator_model]
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    warmups: list[dict[str, Any]] = []
     started = time.perf_counter()
     async with served_models(models, base_url=args.base_url, decoder="toolspec") as served:
         configs = {role: ModelConfig(base_url=served.base_url, model=served.model_ids[name], timeout_s=3600, max_retries=0)
@@ -114,6 +117,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         async with ModelClient(configs["agent"]) as agent, ModelClient(configs["speculator"]) as speculator:
             clients = {"agent": agent, "speculator": speculator}
             for index, task in enumerate(tasks):
+                if args.warm:
+                    # Tasks share the policy, manual and tool schemas but not the ticket, which tau2 puts in the
+                    # system prompt before the ~4.7k tokens of schemas: a ticket the server has not seen costs a
+                    # prefill of minutes on CPU, landing on whichever mode plays it first.  One unmeasured
+                    # episode per task (in a speculating mode, so both models prefill) makes the modes start even.
+                    run = await play(specs[warm_mode], bench, task, clients, macros)
+                    warmups.append({"task": task.id, "mode": warm_mode, "wall_s": round(run["wall_s"], 1)})
+                    print(f"{task.id} warm-up ({warm_mode}): {run['wall_s']:.1f} s", file=sys.stderr, flush=True)
                 order = modes[index % len(modes):] + modes[:index % len(modes)]
                 for mode in order:
                     run = await play(specs[mode], bench, task, clients, macros)
@@ -128,6 +139,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     report = {mode: summarise(mode_runs, runs["sequential"]) for mode, mode_runs in runs.items()}
     conditions = {"authority": args.authority_model, "speculator": args.speculator_model, "split": args.split,
                   "tool_latency_s": args.tool_latency, "max_calls": args.max_calls, "hints": args.hints,
+                  "warm": args.warm, "warmup_episodes": warmups,
                   "run_s": round(time.perf_counter() - started, 1)}
     print(json.dumps({"conditions": conditions, "episodes": {m: [{k: v for k, v in r.items() if k != "timeline"}
                                                                  for r in rs] for m, rs in runs.items()}}),
@@ -140,11 +152,13 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--data-dir", default="../shared/data/tau2")
     parser.add_argument("--split", default="test")
     parser.add_argument("--limit", type=int, default=10)
-    parser.add_argument("--modes", default="sequential,sa,smc")
+    parser.add_argument("--modes", default="sequential,sa,smc,spork")
     parser.add_argument("--authority-model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--speculator-model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--base-url", help="a running `agentspec serve --decoder toolspec` with both models")
     parser.add_argument("--tool-latency", type=float, default=1.0, help="seconds every live tool call sleeps")
+    parser.add_argument("--warm", action=argparse.BooleanOptionalAction, default=True,
+                        help="play each task once, unmeasured, before its measured episodes (warm prefix caches)")
     parser.add_argument("--max-calls", type=int, default=8, help="authority decisions per episode")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--depth", type=int, default=2, help="speculation chain depth")

@@ -167,3 +167,17 @@ def test_the_pipe_watchdog_stops_the_server_when_the_pipe_closes() -> None:
             assert child.wait(timeout=10) == -signal.SIGTERM
         finally:
             child.kill()
+
+
+def test_a_server_that_ends_while_its_parent_lives_exits_cleanly() -> None:
+    # The watchdog is still blocked on the pipe when the server stops on its own (the parent asked it to, or it
+    # finished): interpreter shutdown must not abort on a lock the watchdog holds ("Fatal Python error").
+    script = "import sys\nfrom agentspec.serve.lifeline import watch_pipe\nwatch_pipe(sys.stdin.buffer)\nprint('done')\n"
+    with subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as child:
+        try:
+            assert child.stdout is not None and child.stderr is not None
+            assert child.wait(timeout=30) == 0, child.stderr.read()
+            assert child.stdout.read() == "done\n" and "Fatal" not in child.stderr.read()
+        finally:
+            child.kill()

@@ -74,12 +74,15 @@ def _set_parent_death_signal(signum: int) -> None:
 
 def watch_pipe(pipe: BinaryIO, *, grace_s: float = 10.0) -> threading.Thread:
     """Stop this process when ``pipe`` reaches end of file: SIGTERM, then a hard exit after ``grace_s``."""
+    # The thread reads the descriptor, not the buffered file: a daemon thread blocked inside a buffered read holds
+    # its lock, and interpreter shutdown (the server stopping while its parent lives) then aborts on that lock.
+    fd = pipe.fileno()
 
     def watch() -> None:
         try:
-            while pipe.read(4096):
+            while os.read(fd, 4096):
                 pass  # the parent never writes; anything it did is ignored
-        except (OSError, ValueError):
+        except OSError:
             pass  # a pipe that cannot be read any more is as good as closed
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(grace_s)

@@ -1,0 +1,57 @@
+"""experiments/real_wall.py end to end against a scripted OpenAI-compatible server serving both model names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from scripted_openai_server import ScriptedOpenAIServer
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "experiments"))
+
+from real_wall import overlap_s  # noqa: E402
+
+AUTHORITY, SPECULATOR = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
+
+
+def test_overlap_counts_only_time_two_model_lanes_are_busy():
+    events = [
+        {"lane": "authority", "start": 0.0, "end": 4.0},
+        {"lane": "speculator", "start": 1.0, "end": 2.0},
+        {"lane": "probe", "start": 3.0, "end": 6.0},
+        {"lane": "tool", "start": 4.0, "end": 8.0},  # a tool beside a model is not two model lanes
+        {"lane": "speculator", "start": 5.0, "end": 5.0},  # empty
+    ]
+    assert overlap_s(events) == 2.0
+
+
+def test_real_wall_reports_every_mode_and_keeps_warm_up_episodes_out_of_the_figures(tau2_dir, tmp_path):
+    def responder(request):
+        # Both models make the same two decisions: a read-only phone check, then done.
+        if any(m["role"] == "tool" for m in request["messages"]):
+            return {"tool_calls": [{"name": "done", "arguments": {}}]}
+        return {"tool_calls": [{"name": "check_status_bar", "arguments": {}}]}
+
+    with ScriptedOpenAIServer(responder, models=(AUTHORITY, SPECULATOR)) as srv:
+        done = subprocess.run(
+            [sys.executable, str(REPO / "experiments" / "real_wall.py"), "--base-url", srv.base_url,
+             "--data-dir", str(tau2_dir), "--limit", "2", "--tool-latency", "0.05",
+             "--modes", "sequential,sa", "--timelines", str(tmp_path)],
+            capture_output=True, text=True, timeout=300,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(report) == {"sequential", "sa", "conditions"}
+    # One unmeasured episode per task, in the speculating mode so that both models see the task's prompt first.
+    assert [w["mode"] for w in report["conditions"]["warmup_episodes"]] == ["sa", "sa"]
+    for mode in ("sequential", "sa"):
+        figures = report[mode]
+        assert figures["tasks"] == 2 and figures["errors"] == [] and figures["same_calls_as_sequential"] == 2
+        assert figures["authority_calls"] == 4  # two decisions per task; warm-up episodes are not counted
+        assert figures["p95_wall_s"] >= figures["p50_wall_s"] > 0.05  # the emulated tool latency is a real sleep
+    assert report["sequential"]["ratio_vs_sequential"] == 1.0 and report["sequential"]["speculator_calls"] == 0
+    assert report["conditions"]["tool_latency_s"] == 0.05
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["real-wall-sa.png", "real-wall-sequential.png"]

@@ -93,7 +93,7 @@ class Outcome:
 def executor_config(spec: RunSpec, mode: Mode) -> ExecutorConfig:
     return ExecutorConfig(mode=mode.base, depth=spec.depth, l_min=spec.l_min, seed=spec.seed, max_calls=spec.call_limit,
                           max_errors=spec.max_errors, verify_macros=spec.verify_macros,
-                          speculate_first=spec.record is not None)
+                          speculate_first=spec.record is not None, draft_first=spec.draft_first)
 
 
 def spork_config(spec: RunSpec) -> SporkConfig:

@@ -74,6 +74,10 @@ class RunSpec(BaseModel):
     """Send the speculator's next call with each authority request as a draft hint for the ToolSpec decoder.  None:
     only to a local model agentspec serves (another server may refuse the unknown field)."""
     max_tokens: int | None = Field(None, ge=1)
+    draft_first: bool = False
+    """Ask the authority only once the speculator has guessed the next call (or ended its chain), so the guess is a
+    draft hint from the authority's first forward: the speculator drafts, the authority verifies.  For models that
+    share one machine's cores, where decoding both at once slows the authority by as much as the guess saves."""
 
     modes: list[Mode] = Field(default_factory=lambda: [Mode()])
     depth: int = Field(4, ge=1)

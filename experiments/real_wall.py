@@ -9,11 +9,14 @@ every live tool call also sleeps ``--tool-latency`` seconds (a real sleep, repor
     python experiments/real_wall.py --data-dir ../shared/data/tau2 --limit 10 --tool-latency 1.0
 
 Reported per mode: mean, P50 and P95 task wall time and the ratio to sequential; reward; authority calls and
-calls skipped; the speculator's next-call hit rate; probe hits; ToolSpec forwards per authority call; the share of
+calls skipped; the speculator's next-call hit rate; probe hits; ToolSpec forwards per authority call; guesses handed
+to a running authority request (``late_hints``); where the time went (authority, waiting for the guess, speculator,
+tools); the share of
 task time during which two model lanes (authority and speculator or probe) were busy at once; whether each
 task's calls equal sequential's (sa must: greedy decoding and exact-match commits change timing only).  With
 ``--timelines DIR`` a PNG timeline of the first task per mode is written there.  The last stdout line is JSON
-keyed by mode.
+keyed by mode.  ``MODE/draft-first`` (``sa/draft-first``) runs the mode with the authority waiting for the
+speculator's guess, which its decoder then verifies (``RunSpec.draft_first``).
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ def summarise(runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dic
     total = {key: sum(r["metrics"].get(key, 0) or 0 for r in runs) for key in (
         "authority_calls", "authority_skipped", "speculator_calls", "commits_sa", "commits_macro", "commits_spork",
         "probes", "probe_hits", "authority_forwards", "authority_reported_calls", "speculative_tool_calls",
-        "wasted_tool_calls")}
+        "wasted_tool_calls", "late_hints", "late_hints_delivered", "authority_hint_tokens")}
     predictions = sum((r["metrics"].get("predictions_by_depth") or [0])[0] for r in runs)
     hits = sum((r["metrics"].get("hits_by_depth") or [0])[0] for r in runs)
     mean = sum(walls) / len(walls)
@@ -88,6 +91,8 @@ def summarise(runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dic
                                         if total["authority_reported_calls"] else None),
         "overlap_fraction": round(sum(r["overlap_s"] for r in runs) / max(sum(walls), 1e-9), 3),
         "same_calls_as_sequential": sum(r["calls"] == b["calls"] for r, b in zip(runs, baseline, strict=True)),
+        "mean_time_s": {key: round(sum(r["metrics"].get(key, 0) or 0 for r in runs) / len(runs), 2)
+                        for key in ("authority_wait_s", "draft_wait_s", "speculator_busy_s", "tool_wait_s")},
         "errors": [r["error"] for r in runs if r["error"]],
         **total,
     }
@@ -99,14 +104,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("--modes must start with sequential (the baseline of every ratio)")
     bench = open_bench("tau2-telecom", args.data_dir)
     tasks = bench.tasks(args.split, limit=args.limit)
-    warm_mode = next((mode for mode in modes if mode in ("sa", "smc")), modes[0])
-    specs = {mode: RunSpec.of(
-        bench="tau2-telecom", agent="llm", solo=True, modes=mode, agent_model=args.authority_model,
-        speculator_model=args.speculator_model, max_tokens=args.max_tokens, max_calls=args.max_calls,
-        speculator_hints=args.hints, depth=args.depth,
-        latency_model=LatencyModel(name="tool-latency", tool=ToolLatency(fixed_s=args.tool_latency)),
-    ) for mode in modes}
-    _, macros = load_macros(specs["smc"]) if "smc" in specs else (None, None)
+    specs = {mode: mode_spec(mode, args) for mode in modes}
+    warm_mode = next((mode for mode in modes if specs[mode].modes[0].base in ("sa", "smc")), modes[0])
+    smc = next((spec for spec in specs.values() if spec.modes[0].base == "smc"), None)
+    _, macros = load_macros(smc) if smc is not None else (None, None)
     models = [args.authority_model, args.speculator_model]
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     warmups: list[dict[str, Any]] = []
@@ -134,7 +135,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         from agentspec.runtime.timeline import plot_timeline
 
         for mode, mode_runs in runs.items():
-            plot_timeline(mode_runs[0]["timeline"], Path(args.timelines) / f"real-wall-{mode}.png",
+            plot_timeline(mode_runs[0]["timeline"], Path(args.timelines) / f"real-wall-{mode.replace('/', '-')}.png",
                           title=f"{mode}: {mode_runs[0]['task']}")
     report = {mode: summarise(mode_runs, runs["sequential"]) for mode, mode_runs in runs.items()}
     conditions = {"authority": args.authority_model, "speculator": args.speculator_model, "split": args.split,
@@ -147,12 +148,31 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return {**report, "conditions": conditions}
 
 
+VARIANTS = {"draft-first": {"draft_first": True}}
+"""``MODE/VARIANT`` in ``--modes``: the mode with other executor settings (``sa/draft-first``)."""
+
+
+def mode_spec(mode: str, args: argparse.Namespace) -> RunSpec:
+    """The spec of one ``--modes`` entry: a mode (``sa``), or a mode and a variant (``sa/draft-first``)."""
+    base, _, variant = mode.partition("/")
+    if variant and variant not in VARIANTS:
+        raise SystemExit(f"--modes {mode}: unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
+    return RunSpec.of(
+        bench="tau2-telecom", agent="llm", solo=True, modes=base, agent_model=args.authority_model,
+        speculator_model=args.speculator_model, max_tokens=args.max_tokens, max_calls=args.max_calls,
+        speculator_hints=args.hints, depth=args.depth,
+        latency_model=LatencyModel(name="tool-latency", tool=ToolLatency(fixed_s=args.tool_latency)),
+        **VARIANTS.get(variant, {}),
+    )
+
+
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default="../shared/data/tau2")
     parser.add_argument("--split", default="test")
     parser.add_argument("--limit", type=int, default=10)
-    parser.add_argument("--modes", default="sequential,sa,smc,spork")
+    parser.add_argument("--modes", default="sequential,sa,sa/draft-first,smc,smc/draft-first,spork",
+                        help="comma list, sequential first; MODE/draft-first: the authority waits for the guess")
     parser.add_argument("--authority-model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--speculator-model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--base-url", help="a running `agentspec serve --decoder toolspec` with both models")

@@ -14,6 +14,8 @@ request's JSON::
         ...
         srv.requests      # every chat request body, in arrival order
         srv.disconnects   # clients that left before their answer was complete
+        srv.hints         # every ``POST /v1/agentspec/hints`` body (answered ``delivered`` while the
+                          # request it names, by ``agentspec_request_id``, is being answered)
 
 A responder returns either a full ``chat.completion`` body (with
 ``"choices"``) or a shorthand the server wraps into one (ids, usage, and
@@ -93,10 +95,15 @@ class ScriptedFailure:
 class ScriptedOpenAIServer:
     """A real, scripted OpenAI-compatible server in a background thread (see module docstring)."""
 
-    def __init__(self, responder: Responder = _ok, *, models: tuple[str, ...] = ("scripted-model",)) -> None:
+    def __init__(self, responder: Responder = _ok, *, models: tuple[str, ...] = ("scripted-model",),
+                 hint_route: bool = True) -> None:
+        """``hint_route=False``: no ``/agentspec/hints`` route (a plain OpenAI-compatible endpoint's 404)."""
         self.responder = responder
+        self.hint_route = hint_route
         self.models = list(models)
         self.requests: list[dict[str, Any]] = []
+        self.hints: list[dict[str, Any]] = []
+        self._answering: set[str] = set()
         self.disconnects = 0
         self.model_list_requests = 0
         self.errors: list[BaseException] = []
@@ -157,6 +164,11 @@ class ScriptedOpenAIServer:
             await _send_json(send, 200, {"object": "list", "data": data})
         elif method == "POST" and path.endswith("/chat/completions"):
             await self._chat(receive, send)
+        elif method == "POST" and path.endswith("/agentspec/hints") and self.hint_route:
+            raw = await _read_body(receive)
+            body = json.loads(raw or b"{}")
+            self.hints.append(body)
+            await _send_json(send, 200, {"delivered": body.get("request_id") in self._answering})
         else:
             await _send_json(send, 404, ScriptedFailure(404, message=f"no route {method} {path}").body())
 
@@ -168,10 +180,16 @@ class ScriptedOpenAIServer:
         request = json.loads(raw)
         self.requests.append(request)
         exchange = _Exchange(send)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._watch_disconnect, receive, exchange, tg.cancel_scope)
-            await self._answer(request, exchange)
-            tg.cancel_scope.cancel()
+        named = request.get("agentspec_request_id")
+        if named:
+            self._answering.add(named)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch_disconnect, receive, exchange, tg.cancel_scope)
+                await self._answer(request, exchange)
+                tg.cancel_scope.cancel()
+        finally:
+            self._answering.discard(named)
 
     async def _watch_disconnect(
         self, receive: Callable[..., Any], exchange: _Exchange, scope: anyio.CancelScope

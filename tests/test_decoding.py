@@ -123,6 +123,32 @@ def test_prune_keeps_sure_chains_and_drops_unlikely_nodes() -> None:
     assert prune(unlikely, AcceptanceModel(), ForwardCost((1, 4, 8), (1.0, 1.0, 1.3))).drafts == 2
 
 
+def test_a_hint_whose_first_token_is_right_is_kept_far_beyond_it() -> None:
+    """A predicted call is drafted as its first token (``hint.speculator``) and the rest (``.rest``): once the
+    first is accepted the rest almost always is, and the pruner keeps it rather than cutting it after a few nodes."""
+    from agentspec.decoding.drafter import DraftRequest, DraftState, HintBox
+    from agentspec.decoding.hint_drafter import HintDrafter
+
+    class Chars:  # a model whose tokens are single characters: all the drafter needs
+        def token_bytes(self, token: int) -> bytes:
+            return bytes([token])
+
+    class CharState(DraftState):
+        def continuations(self, text: str, tail: int = 4) -> list[list[int]]:
+            return [[ord(c) for c in text]]
+
+    box = HintBox()
+    box.put("abcdefghijklmnopqrstuvwxyz0123", "hint.speculator")
+    state = CharState(DraftRequest(Chars(), (1,), hints=box), [ord("a")])  # type: ignore[arg-type]
+    tree = HintDrafter().propose(state, 64)
+    assert tree.sources[1] == "hint.speculator" and set(tree.sources[2:]) == {"hint.speculator.rest"}
+    kept = prune(tree, AcceptanceModel(), DEFAULT_COST)
+    assert kept.drafts >= 12  # 13 on the priors alone; learnt acceptance keeps more
+    flat = TokenTree(root=0, budget=64)
+    flat.add_path(range(1, 30), "hint.speculator")
+    assert prune(flat, AcceptanceModel(), DEFAULT_COST).drafts <= 3
+
+
 # ---------------------------------------------------------------- verifier
 
 

@@ -39,19 +39,22 @@ def test_real_wall_reports_every_mode_and_keeps_warm_up_episodes_out_of_the_figu
         done = subprocess.run(
             [sys.executable, str(REPO / "experiments" / "real_wall.py"), "--base-url", srv.base_url,
              "--data-dir", str(tau2_dir), "--limit", "2", "--tool-latency", "0.05",
-             "--modes", "sequential,sa", "--timelines", str(tmp_path)],
+             "--modes", "sequential,sa,sa/draft-first", "--timelines", str(tmp_path)],
             capture_output=True, text=True, timeout=300,
         )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(report) == {"sequential", "sa", "conditions"}
+    assert set(report) == {"sequential", "sa", "sa/draft-first", "conditions"}
     # One unmeasured episode per task, in the speculating mode so that both models see the task's prompt first.
     assert [w["mode"] for w in report["conditions"]["warmup_episodes"]] == ["sa", "sa"]
-    for mode in ("sequential", "sa"):
+    for mode in ("sequential", "sa", "sa/draft-first"):
         figures = report[mode]
         assert figures["tasks"] == 2 and figures["errors"] == [] and figures["same_calls_as_sequential"] == 2
         assert figures["authority_calls"] == 4  # two decisions per task; warm-up episodes are not counted
         assert figures["p95_wall_s"] >= figures["p50_wall_s"] > 0.05  # the emulated tool latency is a real sleep
     assert report["sequential"]["ratio_vs_sequential"] == 1.0 and report["sequential"]["speculator_calls"] == 0
     assert report["conditions"]["tool_latency_s"] == 0.05
-    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["real-wall-sa.png", "real-wall-sequential.png"]
+    # The authority waits for the speculator's guess only in the draft-first variant.
+    assert report["sa"]["mean_time_s"]["draft_wait_s"] == 0 < report["sa/draft-first"]["mean_time_s"]["draft_wait_s"]
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert pngs == ["real-wall-sa-draft-first.png", "real-wall-sa.png", "real-wall-sequential.png"]

@@ -52,6 +52,9 @@ def add_parser(sub: Any) -> None:
     spec.add_argument("--speculator-hints", action=argparse.BooleanOptionalAction, default=None,
                       help="send the speculator's next call with each authority request as a draft hint (default: "
                       "only to a local model agentspec serves; agentspec serve --decoder toolspec drafts it)")
+    spec.add_argument("--draft-first", action="store_true",
+                      help="ask the authority only once the speculator has guessed the next call, which its decoder "
+                      "then verifies (models sharing one machine's cores; with --speculator-hints)")
     spec.add_argument("--record", metavar="DIR", help="store every model response in DIR/responses.jsonl (the speculator "
                       "fills its chain before each authority decision, so any replay finds its answers)")
     spec.add_argument("--replay", metavar="DIR", help="answer every model request from DIR (recorded with --record): no "

@@ -57,7 +57,7 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
         l_min=args.l_min, seed=args.seed, max_steps=args.max_steps, max_errors=args.max_errors,
         verify_macros=args.verify_macros, macros=args.macros, latency_model=args.latency_model, spork=spork,
         concurrency=args.concurrency, out=args.out, resume=args.resume, progress=not args.no_progress,
-        record=args.record, replay=args.replay, speculator_hints=args.speculator_hints,
+        record=args.record, replay=args.replay, speculator_hints=args.speculator_hints, draft_first=args.draft_first,
         cluster=getattr(args, "ray", None),
     )
     out_dir(args.out)

@@ -97,6 +97,19 @@ def measure_cost(lm: Any, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), *, co
     costs = [max(costs[: i + 1]) for i in range(len(costs))]  # noise must not make a bigger forward cheaper
     costs[0] = 1.0
     return ForwardCost(tuple(sizes), tuple(round(c, 3) for c in costs))
+_REST = (9.0, 1.0)
+"""The tail of a draft whose first token was right (``<source>.rest``): right as a rule."""
+
+
+def _prior(source: str) -> tuple[float, float]:
+    """The Beta prior of ``source``: its own, a ``.rest`` tail's, or its family's (the part before the first dot)."""
+    if source in _PRIORS:
+        return _PRIORS[source]
+    if source.endswith(".rest"):
+        return _REST
+    return _PRIORS.get(source.split(".")[0], (1.0, 3.0))
+
+
 @dataclass
 class AcceptanceModel:
     """Per-source acceptance of a node given its parent was accepted: Beta(prior) updated with counts."""
@@ -105,7 +118,7 @@ class AcceptanceModel:
     accepted: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def probability(self, source: str) -> float:
-        a, b = _PRIORS.get(source) or _PRIORS.get(source.split(".")[0], (1.0, 3.0))
+        a, b = _prior(source)
         return (a + self.accepted[source]) / (a + b + self.tested[source])
 
     def observe(self, source: str, accepted: bool) -> None:

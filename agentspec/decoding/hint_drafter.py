@@ -59,7 +59,7 @@ class HintDrafter:
                 break
             for piece in self._pieces(memo, hint, text):
                 for tokens in state.continuations(piece):
-                    tree.add_path(tokens, hint.source)
+                    _add_piece(tree, tokens, hint.source)
         return tree
 
     def _pieces(self, memo: dict[str, Any], hint: Hint, text: str) -> list[str]:
@@ -74,3 +74,12 @@ class HintDrafter:
         _, index, matcher = entry
         matcher.follow(text)
         return index.continuations(matcher, max_chars=self.max_chars, min_match=self.min_match)
+
+
+def _add_piece(tree: TokenTree, tokens: list[int], source: str) -> None:
+    """Add ``tokens`` as a chain from the root: the first as ``source``, the others as ``source.rest``."""
+    node: int | None = 0
+    for index, token in enumerate(tokens):
+        node = tree.add(node, int(token), source if index == 0 else f"{source}.rest")
+        if node is None:
+            return

@@ -49,6 +49,9 @@ __all__ = ["ChatStream", "ModelClient"]
 
 T = TypeVar("T")
 
+HINT_TIMEOUT_S = 5.0
+"""A hint that takes longer than this to deliver is too late to help."""
+
 
 class ModelClient:
     """Async client of one OpenAI-compatible endpoint, configured by a :class:`ModelConfig`.
@@ -70,6 +73,7 @@ class ModelClient:
         )
         self._model = config.model
         self._model_lock = anyio.Lock()
+        self._hints_refused = False
 
     async def __aenter__(self) -> Self:
         return self
@@ -145,6 +149,29 @@ class ModelClient:
         """
         args = (messages, tools, tool_choice, max_tokens, temperature, stop, seed, logprobs, top_logprobs, extra_body)
         return ChatStream(self, args)
+
+    async def send_hints(self, request_id: str, calls: list[dict[str, Any]]) -> bool:
+        """Hand predicted calls (``{"name", "arguments"[, "source"]}``) to the running request named
+        ``request_id`` (its ``agentspec_request_id``), as draft hints: whether the endpoint took them.
+
+        Only ``agentspec serve --decoder toolspec`` takes them (``POST /v1/agentspec/hints``).  A hint is help,
+        never a need: an endpoint without the route, an ended request or any failure gives False, once tried and
+        never retried; a replaying client sends nothing (no answer depends on a hint)."""
+        if self._hints_refused or (self.tape is not None and self.tape.replaying):
+            return False
+        body = {"request_id": request_id, "predicted_calls": calls}
+        try:
+            with anyio.fail_after(min(self.config.timeout_s, HINT_TIMEOUT_S)):
+                answer = await self._sdk.post("/agentspec/hints", body=body, cast_to=httpx.Response)
+        except openai.NotFoundError:
+            self._hints_refused = True  # not an agentspec server: stop asking
+            return False
+        except (TimeoutError, openai.OpenAIError, httpx.HTTPError):
+            return False
+        try:
+            return bool(answer.json().get("delivered"))
+        except ValueError:
+            return False
 
     async def list_models(self) -> list[str]:
         """The ids of the models the endpoint serves (``GET /models``)."""

@@ -44,7 +44,7 @@ from agentspec.runtime.latency import LatencyModel, estimate_tokens
 from agentspec.runtime.macro_commit import try_macro
 from agentspec.runtime.modes import BASE_MODES, BaseMode
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
-from agentspec.runtime.policies import Decision, DraftedHistory, History, Policy, PredictedHistory
+from agentspec.runtime.policies import Decision, DraftedHistory, History, Policy, PredictedHistory, TakesHints
 from agentspec.runtime.probe import Prober
 from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
 from agentspec.runtime.spork import Spork, SporkConfig
@@ -76,6 +76,10 @@ class ExecutorConfig:
     speculate_first: bool = False
     """Let the speculator fill its chain (or end it) before each authority decision.  A recording run does this,
     so that it asks the speculator every context a replay on any clock can ask (greedy models: the same answers)."""
+    draft_first: bool = False
+    """Ask the authority only once the speculator has predicted the next call or ended its chain (not waiting for
+    the call's tool): the prediction reaches the authority's decoder as a hint from its first forward, instead of
+    both models decoding at once on cores they share."""
     verify_macros: bool = False
     """After a macro commit, ask the authority what it would have done at each skipped step and
     update the macro's n, k (online reliability; a macro whose bound falls below tau stops firing)."""
@@ -247,8 +251,13 @@ class ExecutionLoop:
         return at - self._t0
 
     async def _ask_authority(self) -> Decision:
-        if self.config.speculate_first and self.config.mode != "sequential":
-            await self._chain_settled()
+        if self.config.mode != "sequential":
+            waited = anyio.current_time()
+            if self.config.speculate_first:
+                await self._chain_settled()
+            elif self.config.draft_first:
+                await self._head_predicted()
+            self.metrics.draft_wait_s += anyio.current_time() - waited
         started = anyio.current_time()
         head = self.chain_head()
         # The speculator's next call rides along as a draft hint for the authority's decoder (never a decision).
@@ -431,6 +440,14 @@ class ExecutionLoop:
                 return
             await self._drafted.wait()
 
+    async def _head_predicted(self) -> None:
+        """Wait until the chain has a head (its tool may still run) or has ended."""
+        while True:
+            self._drafted = anyio.Event()
+            if self._chain or self._chain_end:
+                return
+            await self._drafted.wait()
+
     async def _speculate(self) -> None:
         """Keep the draft chain ``depth`` deep; restart whenever the chain is reset."""
         while True:
@@ -470,6 +487,9 @@ class ExecutionLoop:
             return
         draft = Draft(decision.call, self.effect(decision.call.name), tokens=decision.output_tokens or estimate_tokens(decision.call.canonical()))
         self._chain.append(draft)
+        self._drafted.set()  # the call is known: a draft-first authority may start before its tool is done
+        if len(self._chain) == 1 and draft.executable:
+            self._hint_late(draft.call, history.committed)
         if not draft.executable:
             self._chain_end = True  # never run an external effect speculatively, nor anything after it
             draft.done.set()
@@ -492,6 +512,20 @@ class ExecutionLoop:
             self._snapshot_failures = 0
         finally:
             draft.done.set()
+
+    def _hint_late(self, call: ToolCall, steps: int) -> None:
+        """Hand the next call the speculator predicts to the authority's decision of it, if that is already
+        running: its decoder drafts the call from its next forward (the hint missed the request's start).
+        Decided now, sent in the background: a decision that starts later gets the call with its request."""
+        authority = self.authority
+        if not isinstance(authority, TakesHints) or not authority.deciding(steps) or self._group is None:
+            return
+        self.metrics.late_hints += 1
+
+        async def send() -> None:
+            self.metrics.late_hints_delivered += int(await authority.hint([call], steps))
+
+        self._group.start_soon(send)
 
     async def _reset_chain(self, count_waste: bool) -> None:
         """Drop every draft: cancel in-flight work, discard forks, count the waste."""

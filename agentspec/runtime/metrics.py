@@ -27,6 +27,8 @@ class ExecutionMetrics:
     authority_wait_s: float = 0.0
     tool_wait_s: float = 0.0
     speculator_busy_s: float = 0.0
+    draft_wait_s: float = 0.0
+    """Time the authority waited for the speculator's guess before deciding (``draft_first``, recording runs)."""
     authority_calls: int = 0
     authority_skipped: int = 0
     speculator_calls: int = 0
@@ -60,6 +62,10 @@ class ExecutionMetrics:
     """Target-model forwards those decisions took."""
     authority_hint_tokens: int = 0
     """Of their tokens, those accepted from the speculator's predicted call (draft source ``hint.speculator``)."""
+    late_hints: int = 0
+    """Speculator predictions of the next call handed to the authority's request while it was already running."""
+    late_hints_delivered: int = 0
+    """Of those, the ones its endpoint took (``agentspec serve --decoder toolspec``; others take none)."""
     predictions_by_depth: list[int] = field(default_factory=list)
     """[d-1]: speculator drafts standing at chain depth d when the authority decided a step."""
     hits_by_depth: list[int] = field(default_factory=list)

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from agentspec.errors import ModelOutputError
 from agentspec.models import ModelClient
@@ -77,6 +79,20 @@ class Policy(Protocol):
     (:class:`~agentspec.runtime.simulated.SimulatedLatency`), not part of a policy."""
 
     async def decide(self, history: History) -> Decision: ...
+
+
+@runtime_checkable
+class TakesHints(Protocol):
+    """A policy whose running decision can still take predicted calls as draft hints (:meth:`LLMPolicy.hint`)."""
+
+    def deciding(self, steps: int) -> bool:
+        """Whether the decision after ``steps`` committed steps is running and can take hints."""
+        ...
+
+    async def hint(self, calls: Sequence[ToolCall], steps: int) -> bool:
+        """Give ``calls``, predicted for the decision after ``steps`` committed steps, to that decision if it is
+        running; whether they were taken."""
+        ...
 
 
 def gold_pointer(gold: Sequence[ToolCall], history: History) -> int:
@@ -184,17 +200,47 @@ class LLMPolicy:
     message the endpoint continues (``continue_final_message``), so the model reasons before it calls."""
     predicted_hints: bool = False
     """Send the speculator's predicted calls (a :class:`PredictedHistory`) as ``agentspec_predicted_calls``: the
-    ToolSpec decoder drafts them, so a right prediction is verified in a forward or two instead of one per token."""
+    ToolSpec decoder drafts them, so a right prediction is verified in a forward or two instead of one per token.
+    Each request is also named (``agentspec_request_id``), so that a prediction ready only while it runs still
+    reaches it (:meth:`hint`)."""
     conversation: bool = False
     """Normal mode: a text answer is a message to the user (:data:`~agentspec.runtime.conversation.SAY`)."""
     _queued: list[ToolCall] = field(default_factory=list)
     """Further calls of a multi-call answer, made one per step before asking again."""
+    _in_flight: tuple[str, int] | None = None
+    """The running request's ``agentspec_request_id`` and how many committed steps its history holds."""
 
     async def decide(self, history: History) -> Decision:
         if self._queued:
             return Decision(call=self._queued.pop(0))
-        result = await self.client.chat(self._messages(history), **self._request(history))
+        request = self._request(history)
+        request_id = uuid.uuid4().hex if self.predicted_hints else None
+        if request_id is not None:
+            request["extra_body"] = {**request.get("extra_body", {}), "agentspec_request_id": request_id}
+        with self._running(request_id, history):
+            result = await self.client.chat(self._messages(history), **request)
         return self._decision(result)
+
+    def deciding(self, steps: int) -> bool:
+        """Whether a named request is deciding the step after ``steps`` committed steps (it can take hints)."""
+        return self.predicted_hints and self._in_flight is not None and self._in_flight[1] == steps
+
+    async def hint(self, calls: Sequence[ToolCall], steps: int) -> bool:
+        """Hand ``calls``, predicted for the decision after ``steps`` committed steps, to the request deciding it
+        while it runs: whether its endpoint took them.  Nothing is sent unless that decision is in flight."""
+        running = self._in_flight
+        if not calls or running is None or not self.deciding(steps):
+            return False
+        predicted = [{"name": c.name, "arguments": c.arguments, "source": "speculator"} for c in calls]
+        return await self.client.send_hints(running[0], predicted)
+
+    @contextmanager
+    def _running(self, request_id: str | None, history: History) -> Iterator[None]:
+        self._in_flight = (request_id, len(history)) if request_id is not None else None
+        try:
+            yield
+        finally:
+            self._in_flight = None
 
     async def decide_streaming(
         self, history: History, progress: Progress, request_id: str | None = None,
@@ -210,14 +256,15 @@ class LLMPolicy:
         request = self._request(history)
         if request_id is not None:
             request["extra_body"] = {**request.get("extra_body", {}), "agentspec_request_id": request_id}
-        async with self.client.stream_chat(self._messages(history), **request) as stream:
-            async for event in stream:
-                if isinstance(event, ChatResult):
-                    return self._decision(event)
-                tokens += 1
-                if isinstance(event, TextDelta):
-                    text += event.text
-                await progress(text, tokens)
+        with self._running(request_id, history):
+            async with self.client.stream_chat(self._messages(history), **request) as stream:
+                async for event in stream:
+                    if isinstance(event, ChatResult):
+                        return self._decision(event)
+                    tokens += 1
+                    if isinstance(event, TextDelta):
+                        text += event.text
+                    await progress(text, tokens)
         raise ModelOutputError("the stream ended without a result")
 
     def _messages(self, history: History) -> list[Message]:

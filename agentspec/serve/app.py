@@ -1,7 +1,8 @@
 """The OpenAI-compatible ASGI app (Starlette) over one or more :class:`Engine`.
 
 Routes: ``GET /v1/models``, ``GET /v1/models/{id}``,
-``POST /v1/chat/completions``, ``GET /health`` and ``GET /stats`` (per-model
+``POST /v1/chat/completions``, ``POST /v1/agentspec/hints`` (draft hints for a
+running request, :mod:`agentspec.serve.hints`), ``GET /health`` and ``GET /stats`` (per-model
 counters: requests, completed, cancelled, active, prompt/cached/generated
 tokens, prefix-cache entries).  Every error is an OpenAI-style JSON body
 ``{"error": {"message", "type", "param", "code"}}`` with its HTTP status; an
@@ -27,7 +28,8 @@ from starlette.routing import Route
 
 from agentspec.serve.completions import CompletionResponse, prepare
 from agentspec.serve.engine import Engine
-from agentspec.serve.protocol import APIError
+from agentspec.serve.hints import deliver_hints
+from agentspec.serve.protocol import APIError, parse_hint_delivery
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "DEFAULT_MAX_TOKENS", "create_app", "read_body"]
 
@@ -101,6 +103,13 @@ def create_app(
             return JSONResponse(exc.body, status_code=exc.status)
         return CompletionResponse(prepared)  # type: ignore[return-value]
 
+    async def hints(request: Request) -> Response:
+        try:
+            delivery = parse_hint_delivery(await read_body(request, max_request_bytes))
+        except APIError as exc:
+            return JSONResponse(exc.body, status_code=exc.status)
+        return JSONResponse(deliver_hints(engines, delivery))
+
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "models": list(engines)})
 
@@ -122,6 +131,7 @@ def create_app(
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/agentspec/hints", hints, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/stats", stats, methods=["GET"]),
     ]

@@ -78,6 +78,8 @@ class EngineStats:
     generated_tokens: int = 0
     hints_forwarded: int = 0
     """Probe texts handed to a running request as draft hints (``agentspec_hint_for``)."""
+    hints_delivered: int = 0
+    """Predicted calls delivered to a running request of this model (``POST /v1/agentspec/hints``)."""
     steps: int = 0
     """Scheduler steps run (each takes every queued decoding unit and at most one prefill chunk)."""
     forwards: int = 0

@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentspec.decoding.grammar import FunctionDef, ToolDef
 
 __all__ = [
-    "APIError", "ChatMessage", "ChatRequest", "FunctionDef", "MAX_TOKEN_COUNT", "SEED_RANGE", "ToolDef",
-    "parse_request",
+    "APIError", "ChatMessage", "ChatRequest", "FunctionDef", "HintDelivery", "MAX_TOKEN_COUNT", "SEED_RANGE",
+    "ToolDef", "parse_hint_delivery", "parse_request",
 ]
 
 
@@ -96,6 +96,16 @@ class PredictedCall(BaseModel):
     name: str = Field(min_length=1, max_length=256)
     arguments: dict[str, Any] = Field(default_factory=dict)
     source: Literal["speculator", "macro"] = "speculator"
+
+
+class HintDelivery(BaseModel):
+    """``POST /v1/agentspec/hints``: calls predicted for a request that is already running (by its
+    ``agentspec_request_id``), such as a speculator's next call that was ready only after the request started."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str = Field(min_length=1, max_length=128)
+    predicted_calls: list[PredictedCall] = Field(min_length=1, max_length=8)
 
 
 class ChatRequest(_Lenient):
@@ -188,6 +198,16 @@ def parse_request(raw: bytes) -> ChatRequest:
     _check_tool_choice(request)
     _check_continuation(request)
     return request
+
+
+def parse_hint_delivery(raw: bytes) -> HintDelivery:
+    """Validate a hint delivery body; raise a 400 :class:`APIError` naming what is wrong."""
+    try:
+        return HintDelivery.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise APIError(400, f"invalid hint delivery: {where}: {first['msg']}", param=where) from None
 
 
 def _check_continuation(request: ChatRequest) -> None:

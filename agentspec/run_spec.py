@@ -75,9 +75,10 @@ class RunSpec(BaseModel):
     only to a local model agentspec serves (another server may refuse the unknown field)."""
     max_tokens: int | None = Field(None, ge=1)
     draft_first: bool = False
-    """Ask the authority only once the speculator has guessed the next call (or ended its chain), so the guess is a
-    draft hint from the authority's first forward: the speculator drafts, the authority verifies.  For models that
-    share one machine's cores, where decoding both at once slows the authority by as much as the guess saves."""
+    """The speculator drafts, the authority verifies, in turn: the authority is asked only once the speculator has
+    guessed the next call (or ended its chain), so the guess is a draft hint from its first forward, and the
+    speculator waits while the authority decides (so it keeps one guess ahead, whatever ``depth`` says).  For models
+    sharing one machine's cores, where decoding both at once slows the authority."""
 
     modes: list[Mode] = Field(default_factory=lambda: [Mode()])
     depth: int = Field(4, ge=1)

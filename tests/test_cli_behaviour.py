@@ -209,9 +209,10 @@ def test_spork_with_a_local_agent_name_serves_it_embedded(tau2_dir, tmp_path, ca
     real = functools.partial(embedded.embedded_server, max_tokens=8)
 
     @asynccontextmanager
-    async def recording(models):
+    async def recording(models, **options):
         started.append(list(models))
-        async with real([tiny]) as served:
+        assert options == {"decoder": "toolspec"}  # a run's local models decode with ToolSpec (greedy-identical)
+        async with real([tiny], **options) as served:
             yield dataclasses.replace(served, model_ids={name: served.model_ids[tiny] for name in models})
 
     monkeypatch.setattr(embedded, "embedded_server", recording)

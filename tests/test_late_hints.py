@@ -8,6 +8,7 @@ ready.  The answer stays the greedy one: a hint changes how fast it comes, never
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import anyio
@@ -74,6 +75,18 @@ def test_a_hint_posted_to_a_running_request_is_drafted_and_changes_nothing(apps:
     assert out["stats"]["hints_delivered"] == 1
 
 
+def test_a_named_request_on_the_plain_path_is_served_and_takes_no_hints(apps: dict[str, Any]) -> None:
+    """A greedy server has no decoder context to register: the request id is accepted and ignored."""
+    async def go() -> tuple[int, dict[str, Any]]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=apps["greedy"]), base_url="http://t",
+                                     timeout=300) as client:
+            answer = await client.post("/v1/chat/completions", json={**BODY, "agentspec_request_id": "plain-1"})
+            late = {"request_id": "plain-1", "predicted_calls": [WRONG]}
+            return answer.status_code, (await client.post("/v1/agentspec/hints", json=late)).json()
+
+    assert anyio.run(go) == (200, {"delivered": False})
+
+
 @pytest.mark.parametrize("body, message", [
     ({"request_id": "r"}, "predicted_calls"),
     ({"request_id": "r", "predicted_calls": [{"name": "f", "arguments": {}, "source": "oracle"}]}, "source"),
@@ -133,20 +146,23 @@ def test_the_executor_hands_a_late_guess_to_the_running_authority_request(tau2_d
 
 
 def test_draft_first_waits_for_the_guess_and_sends_it_with_the_request(tau2_dir, tmp_path, capsys) -> None:
-    """--draft-first: the speculator guesses first, the authority's request carries the guess from its start."""
+    """--draft-first: the speculator guesses, then the authority's request carries the guess from its start, and
+    the two never decode at once (the speculator does not extend its chain while the authority decides)."""
     plan = ["reset_apn_settings", "reboot_device", "done"]
+    spans: list[tuple[str, float, float]] = []
 
     def responder(request: dict[str, Any]) -> dict[str, Any]:
         made = sum(1 for m in request["messages"] if m["role"] == "tool")
-        reply: dict[str, Any] = {"tool_calls": [{"name": plan[min(made, 2)], "arguments": {}}]}
-        if request["model"] == "speculator":
-            reply["delay_s"] = 0.3  # slower than the authority: without the wait, no guess would be in time
-        return reply
+        # The speculator is the slower one: without the wait, no guess would be ready in time.
+        delay = 0.3 if request["model"] == "speculator" else 0.2
+        now = time.monotonic()
+        spans.append((request["model"], now, now + delay))
+        return {"tool_calls": [{"name": plan[min(made, 2)], "arguments": {}}], "delay_s": delay}
 
     with ScriptedOpenAIServer(responder, models=("authority", "speculator")) as srv:
         code = main(["run", "--no-progress", "--bench", "tau2-telecom", "--task-ids",
-                     "[service_issue]break_apn_settings[PERSONA:None]", "--solo", "--mode", "sequential,sa",
-                     "--depth", "1", "--draft-first", "--agent-model", f"{srv.base_url}#authority",
+                     "[service_issue]break_apn_settings[PERSONA:None]", "--solo", "--mode", "sa",
+                     "--depth", "2", "--draft-first", "--agent-model", f"{srv.base_url}#authority",
                      "--speculator-model", f"{srv.base_url}#speculator", "--speculator-hints",
                      "--data-dir", str(tau2_dir), "--out", str(tmp_path)])
         captured = capsys.readouterr()
@@ -154,11 +170,13 @@ def test_draft_first_waits_for_the_guess_and_sends_it_with_the_request(tau2_dir,
         summary = json.loads(captured.out.strip().splitlines()[-1])
         authority = [r for r in srv.requests if r["model"] == "authority"]
     sa = summary["modes"]["sa"]
-    assert sa["reward_mean"] == summary["modes"]["sequential"]["reward_mean"] == 1.0
-    assert sa["commits_sa"] == 2 and sa["late_hints"] == 0 and sa["mean_draft_wait_s"] >= 0.3
-    speculating = authority[-3:]  # sa's three decisions (sequential's came first)
-    for request, call in zip(speculating, plan, strict=True):
+    assert sa["reward_mean"] == 1.0 and sa["commits_sa"] == 2 and sa["late_hints"] == 0
+    assert sa["mean_draft_wait_s"] >= 0.3
+    for request, call in zip(authority, plan, strict=True):
         if call == "done":  # the speculator ended its chain: nothing to hint
             assert "agentspec_predicted_calls" not in request
         else:
             assert request["agentspec_predicted_calls"] == [{"name": call, "arguments": {}}]
+    deciding = [(start, end) for model, start, end in spans if model == "authority"]
+    guessing = [(start, end) for model, start, end in spans if model == "speculator"]
+    assert len(guessing) >= 3 and not any(g0 < a1 and a0 < g1 for g0, g1 in guessing for a0, a1 in deciding)

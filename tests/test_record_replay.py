@@ -102,3 +102,20 @@ def test_the_committed_recording_of_a_real_speculator_replays(tau2_dir, capsys):
     sa = summary["modes"]["sa"]
     assert summary["clock"].startswith("virtual") and sa["reward_mean"] == 1.0
     assert sa["speculator_hit_rate"] == 0.0 and sa["speculator_name_hit_rate"] == 0.0303  # as measured
+
+
+def test_the_committed_recording_of_a_real_authority_and_its_speculator_replays(tau2_dir, capsys):
+    """experiments/recordings: qwen2.5-coder-1.5b deciding and qwen2.5-coder-0.5b guessing (4 test tasks), replayed
+    without either model; smc with the library the 0.5B labelled (``macros/tau2-telecom.qwen2.5-coder-0.5b.json``:
+    no macro passed the filter, so smc is sa).  Record again as the test above says."""
+    root = Path(__file__).resolve().parents[1]
+    summary = run(capsys, "--split", "test", "--limit", "4", "--solo", "--agent-model", "qwen2.5-coder-1.5b",
+                  "--speculator-model", "qwen2.5-coder-0.5b", "--mode", "sequential,sa,smc", "--replay",
+                  str(root / "experiments" / "recordings" / "qwen2.5-coder-1.5b--qwen2.5-coder-0.5b"),
+                  "--macros", str(root / "macros" / "tau2-telecom.qwen2.5-coder-0.5b.json"),
+                  "--latency-model", "smc-paper", "--data-dir", str(tau2_dir))
+    sa, smc = summary["modes"]["sa"], summary["modes"]["smc"]
+    assert summary["clock"].startswith("virtual")
+    assert sa["speculator_hit_rate"] == 1.0 and sa["commits_sa"] == 4 and smc["commits_macro"] == 0  # as measured
+    assert summary["speedup_vs_sequential"]["sa"] == summary["speedup_vs_sequential"]["smc"] > 1.0
+    assert sa["reward_mean"] == summary["modes"]["sequential"]["reward_mean"] == 0.0

@@ -89,6 +89,36 @@ def test_prefix_cache_token_budget() -> None:
     assert len(cache) == 1 and cache.lookup(list(range(100, 107)))[0] == 6
 
 
+def test_prefix_cache_keeps_what_fits_its_bytes_and_always_the_newest() -> None:
+    entry = int(_layers(6)[0][0].nbytes) * 2  # one 6-token entry's keys and values
+    cache = PrefixCache(max_bytes=2 * entry)
+    for start in (0, 100, 200):
+        cache.store(list(range(start, start + 6)), _layers(6))
+    assert [e.tokens[0] for e in cache._entries] == [200, 100]  # the oldest went: three would not fit
+    tight = PrefixCache(max_bytes=1)
+    tight.store(list(range(6)), _layers(6))  # larger than the budget, but the newest entry stays
+    assert len(tight) == 1
+
+
+def test_a_prompt_answered_again_keeps_one_entry_and_other_prompts_stay() -> None:
+    prompt = list(range(100))  # a long shared prompt; answers and later turns differ only at the end
+    cache = PrefixCache()
+    cache.store(prompt + [7, 7], _layers(102))
+    cache.store(prompt + [8, 8, 8], _layers(103))  # the same prompt answered again: replaces the first
+    cache.store(prompt[:40] + list(range(500, 560)), _layers(100))  # another ticket after a common policy: kept
+    assert [e.tokens[-1] for e in cache._entries] == [559, 8]
+    assert cache.lookup(prompt + [1])[0] == 100
+
+
+def test_serve_takes_a_prefix_cache_budget() -> None:
+    from agentspec.cli import build_parser
+    from agentspec.errors import UsageError
+
+    assert build_parser().parse_args(["serve", "--model", "m", "--prefix-cache-gb", "1.5"]).prefix_cache_gb == 1.5
+    with pytest.raises(UsageError, match="--prefix-cache-gb: must be a number >= 0"):
+        build_parser().parse_args(["serve", "--model", "m", "--prefix-cache-gb", "-1"])
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -129,7 +129,8 @@ async def open_clients(stack: AsyncExitStack, args: Any, plan: RolePlan,
         # Looked up at call time: tests serve a tiny model by replacing embedded_server / DEFAULT_MODELS.
         from agentspec.models import embedded
 
-        served = await stack.enter_async_context(embedded.embedded_server(plan.served_models))
+        # ToolSpec: greedy answers token for token, in fewer forwards, and the speculator's guesses reach it.
+        served = await stack.enter_async_context(embedded.embedded_server(plan.served_models, decoder="toolspec"))
         for role, name in plan.embedded.items():
             configs[role] = ModelConfig(base_url=served.base_url, model=served.model_ids[name],
                                         timeout_s=EMBEDDED_TIMEOUT_S, max_retries=0, **_overrides(args))

@@ -53,8 +53,8 @@ def add_parser(sub: Any) -> None:
                       help="send the speculator's next call with each authority request as a draft hint (default: "
                       "only to a local model agentspec serves; agentspec serve --decoder toolspec drafts it)")
     spec.add_argument("--draft-first", action="store_true",
-                      help="ask the authority only once the speculator has guessed the next call, which its decoder "
-                      "then verifies (models sharing one machine's cores; with --speculator-hints)")
+                      help="the speculator guesses the next call, then the authority's decoder verifies it, in turn "
+                      "(models sharing one machine's cores; with --speculator-hints; one guess ahead)")
     spec.add_argument("--record", metavar="DIR", help="store every model response in DIR/responses.jsonl (the speculator "
                       "fills its chain before each authority decision, so any replay finds its answers)")
     spec.add_argument("--replay", metavar="DIR", help="answer every model request from DIR (recorded with --record): no "

@@ -27,6 +27,9 @@ def add_parser(sub: Any) -> None:
                        help="toolspec: lossless tree-speculative decoding of greedy requests")
     serve.add_argument("--sidecar", nargs="?", const="smollm2-135m", default=None, metavar="MODEL",
                        help="with --decoder toolspec: a small model predicting each call in the background")
+    serve.add_argument("--prefix-cache-gb", type=number(float, ge=0), default=None, metavar="GB",
+                       help="key/values each model's prefix cache keeps (default 2, or a twelfth of the memory): "
+                            "a long agent prompt that falls out of it is prefilled again, minutes on a CPU")
     serve.add_argument("--engine", choices=list(ENGINES), default="embedded",
                        help="embedded: fp32 torch (ToolSpec decoding); llama-cpp: llama.cpp on the GGUF (extra [llama])")
     serve.set_defaults(handler="agentspec.cli.serve:serve_command")

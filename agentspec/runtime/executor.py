@@ -21,6 +21,10 @@ and for each authority call ``a``:
   when it skips at least ``l_min`` decisions and the forks descend from live
   (:mod:`agentspec.runtime.macro_commit`).
 
+The speculator's next call also goes to the authority's decoder as a draft hint: with the request when it is
+ready first, or into the running request when it comes later (``late_hints``).  With ``draft_first`` the two
+take turns instead of decoding at once: the speculator guesses, then the authority verifies its guess.
+
 Effects fail closed: drafts of ``external`` tools are never executed, and
 nothing a draft does reaches live state except through a commit.  Every
 committed step is logged (intent before the live change, commit after) in the
@@ -77,9 +81,10 @@ class ExecutorConfig:
     """Let the speculator fill its chain (or end it) before each authority decision.  A recording run does this,
     so that it asks the speculator every context a replay on any clock can ask (greedy models: the same answers)."""
     draft_first: bool = False
-    """Ask the authority only once the speculator has predicted the next call or ended its chain (not waiting for
-    the call's tool): the prediction reaches the authority's decoder as a hint from its first forward, instead of
-    both models decoding at once on cores they share."""
+    """The speculator drafts, the authority verifies, in turn: the authority is asked only once the speculator has
+    predicted the next call or ended its chain (not waiting for the call's tool), so the prediction reaches its
+    decoder as a hint from its first forward; and the speculator does not decode while the authority does.  For
+    models sharing one machine's cores, where decoding both at once slows the authority."""
     verify_macros: bool = False
     """After a macro commit, ask the authority what it would have done at each skipped step and
     update the macro's n, k (online reliability; a macro whose bound falls below tau stops firing)."""
@@ -153,6 +158,9 @@ class ExecutionLoop:
         """Set whenever a draft finishes or the chain ends (see :meth:`_chain_settled`)."""
         self._spec_scope: anyio.CancelScope | None = None
         self._live_gate: anyio.Event | None = None
+        self._turn: anyio.Event | None = None
+        """Draft-first: unset from the moment the speculator's guess is in until the authority has decided on it
+        (the speculator waits: the authority has the cores)."""
         self._rng = random.Random(self.config.seed)
         self._errors = 0
         self._snapshot_failures = 0
@@ -262,10 +270,14 @@ class ExecutionLoop:
         head = self.chain_head()
         # The speculator's next call rides along as a draft hint for the authority's decoder (never a decision).
         history = PredictedHistory(self._history(), [head.call] if head is not None and head.executable else [])
-        if self.spork is not None and self._group is not None:
-            decision = await self.spork.decide(self.authority, history, self._group)
-        else:
-            decision = await self.authority.decide(history)
+        try:
+            if self.spork is not None and self._group is not None:
+                decision = await self.spork.decide(self.authority, history, self._group)
+            else:
+                decision = await self.authority.decide(history)
+        finally:
+            if self._turn is not None:
+                self._turn.set()  # draft-first: the speculator's turn again
         ended = anyio.current_time()
         self.metrics.authority_calls += 1
         if decision.forwards is not None:
@@ -440,6 +452,12 @@ class ExecutionLoop:
                 return
             await self._drafted.wait()
 
+    def _authority_turn(self) -> None:
+        """Draft-first: a guess is in (or the chain ended), so the speculator pauses until the authority decided.
+        Taken here, when the guess lands, not when the authority wakes: the speculator must not slip in between."""
+        if self.config.draft_first:
+            self._turn = anyio.Event()
+
     async def _head_predicted(self) -> None:
         """Wait until the chain has a head (its tool may still run) or has ended."""
         while True:
@@ -474,6 +492,10 @@ class ExecutionLoop:
             return  # the epoch moved on: let the worker loop restart from the new state
         if self._chain and not self._chain[-1].done.is_set():
             await self._chain[-1].done.wait()
+        if self._turn is not None:
+            await self._turn.wait()  # draft-first: the authority is deciding on the last guess
+            if epoch != self._epoch:
+                return
         history = DraftedHistory(self._history(), [(d.call, d.observation) for d in self._chain])
         started = anyio.current_time()
         decision = await self.speculator.decide(history)
@@ -484,10 +506,12 @@ class ExecutionLoop:
             return
         if decision.call is None:
             self._chain_end = True
+            self._authority_turn()
             return
         draft = Draft(decision.call, self.effect(decision.call.name), tokens=decision.output_tokens or estimate_tokens(decision.call.canonical()))
         self._chain.append(draft)
         self._drafted.set()  # the call is known: a draft-first authority may start before its tool is done
+        self._authority_turn()
         if len(self._chain) == 1 and draft.executable:
             self._hint_late(draft.call, history.committed)
         if not draft.executable:

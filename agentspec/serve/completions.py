@@ -266,14 +266,15 @@ class CompletionResponse:
         when it was cut short) predicts the running request's output; the
         ToolSpec decoder of that request drafts from it (partial-token accept).
         """
-        request, engine = self.prepared.request, self.prepared.engine
-        target_id = request.agentspec_request_id
-        if target_id is not None and self.prepared.context is not None:
-            engine.contexts[target_id] = self.prepared.context
+        request, engine, context = self.prepared.request, self.prepared.engine, self.prepared.context
+        # A request on the plain path has no decoder context: nothing to register, nothing to take hints.
+        target_id = request.agentspec_request_id if context is not None else None
+        if target_id is not None:
+            engine.contexts[target_id] = context
         try:
             yield
         finally:
-            if target_id is not None and engine.contexts.get(target_id) is self.prepared.context:
+            if target_id is not None and engine.contexts.get(target_id) is context:
                 del engine.contexts[target_id]
             target = engine.contexts.get(request.agentspec_hint_for) if request.agentspec_hint_for else None
             if target is not None and self.run.text.text:

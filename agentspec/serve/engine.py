@@ -44,6 +44,7 @@ caches only ever grow by concatenation into new tensors, never in place.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -112,18 +113,45 @@ class _Entry:
     tokens: np.ndarray
     layers: list[tuple[Any, Any]]
 
+    @cached_property
+    def nbytes(self) -> int:
+        """The key/values' size (a slice of a larger tensor counts as its own size: the budget errs safe)."""
+        return sum(int(k.nbytes) + int(v.nbytes) for k, v in self.layers)
+
+
+def _default_cache_bytes() -> int:
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        memory = 16 * 2**30
+    return min(2 * 2**30, memory // 12)
+
+
+DEFAULT_PREFIX_CACHE_BYTES = _default_cache_bytes()
+"""Key/values the prefix cache of one model keeps (``agentspec serve --prefix-cache-gb``): 2 GB, or a twelfth of
+the machine's memory if less (two served models and their weights must fit beside it).  Agent prompts are long
+(tau2's solo prompt is about 9,000 tokens: 0.5 GB of fp32 key/values for a 1.5B Qwen, 0.25 GB for the 0.5B), and
+on a CPU an evicted one costs minutes of prefill, so the budget is in bytes, not entries."""
+
+SUPERSEDE = 0.9
+"""A new entry replaces the entries it shares at least this share of their tokens with: the turns of one
+conversation (each ends in text the next prompt renders differently) and the episodes of one task (the same
+prompt, another answer) keep one entry, not one each, so the cache holds as many different prompts as fit."""
+
 
 @dataclass
 class PrefixCache:
-    """LRU KV caches of recent requests, keyed by the tokens they cover.
+    """LRU KV caches of recent requests, keyed by the tokens they cover, within ``max_bytes`` of key/values
+    (and, when set, ``max_tokens`` tokens); the newest entry is always kept.
 
     ``lookup(prompt)`` returns the longest reusable prefix length and that
     entry's per-layer (keys, values); at least one prompt token is always left
     to compute, because its logits start generation.
     """
 
-    max_entries: int = 8
-    max_tokens: int = 32_768
+    max_entries: int = 16
+    max_tokens: int | None = None
+    max_bytes: int = DEFAULT_PREFIX_CACHE_BYTES
     _entries: list[_Entry] = field(default_factory=list)
 
     def lookup(self, prompt: list[int], running: Sequence[TokenStream] = ()) -> Reuse:
@@ -152,13 +180,17 @@ class PrefixCache:
         if not tokens or not layers:
             return
         new = np.asarray(tokens, dtype=np.int64)
-        # An entry that is a prefix of the new one is superseded (the same conversation, one turn later).
-        self._entries = [e for e in self._entries if _common_prefix(e.tokens, new) < len(e.tokens)]
+        # An entry (nearly) all of which is a prefix of the new one is superseded: the same conversation one turn
+        # later, or the same prompt answered again.
+        self._entries = [e for e in self._entries if _common_prefix(e.tokens, new) < SUPERSEDE * len(e.tokens)]
         self._entries.insert(0, _Entry(new, layers))
-        while len(self._entries) > self.max_entries or (
-            len(self._entries) > 1 and sum(len(e.tokens) for e in self._entries) > self.max_tokens
-        ):
+        while len(self._entries) > self.max_entries or len(self._entries) > 1 and self._over_budget():
             self._entries.pop()
+
+    def _over_budget(self) -> bool:
+        if self.max_tokens is not None and sum(len(e.tokens) for e in self._entries) > self.max_tokens:
+            return True
+        return sum(e.nbytes for e in self._entries) > self.max_bytes
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -30,17 +30,19 @@ from agentspec.errors import ConfigError
 from agentspec.models.local import load_model, require
 from agentspec.models.registry import resolve
 from agentspec.serve.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TOKENS, create_app
-from agentspec.serve.engine import Engine
+from agentspec.serve.engine import DEFAULT_PREFIX_CACHE_BYTES, Engine, PrefixCache
 from agentspec.serve.lifeline import exit_with_parent
 
 __all__ = ["ServerThread", "load_engines", "serve_command"]
 
 
-def load_engines(specs: list[str], *, decoder: str = "greedy", sidecar: str | None = None) -> dict[str, Engine]:
+def load_engines(specs: list[str], *, decoder: str = "greedy", sidecar: str | None = None,
+                 prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES) -> dict[str, Engine]:
     """One engine per ``--model`` (registry name, folder, GGUF file or hub id), keyed by the served id.
 
     ``decoder="toolspec"`` serves greedy requests with the ToolSpec decoder
-    (:mod:`agentspec.decoding.serving`), with a ``sidecar`` model if named.
+    (:mod:`agentspec.decoding.serving`), with a ``sidecar`` model if named.  Each engine's prefix cache keeps up
+    to ``prefix_cache_bytes`` of key/values.
     """
     if decoder not in ("greedy", "toolspec"):
         raise ConfigError(f"unknown decoder {decoder!r}: use greedy or toolspec")
@@ -53,9 +55,10 @@ def load_engines(specs: list[str], *, decoder: str = "greedy", sidecar: str | No
         if decoder == "toolspec":
             from agentspec.decoding.serving import toolspec_decoder
 
-            engines[source.id] = Engine(lm, decoder=toolspec_decoder(lm, sidecar=sidecar))
+            decoding = toolspec_decoder(lm, sidecar=sidecar)
         else:
-            engines[source.id] = Engine(lm)
+            decoding = None
+        engines[source.id] = Engine(lm, decoder=decoding, prefix_cache=PrefixCache(max_bytes=prefix_cache_bytes))
     return engines
 
 
@@ -88,8 +91,10 @@ def _base_url(sock: socket.socket) -> str:
 def serve_command(args: argparse.Namespace) -> dict[str, Any]:
     """``agentspec serve``: serve until interrupted; return the counters as the final JSON line."""
     exit_with_parent()  # before the slow part: loading the models
+    gigabytes = getattr(args, "prefix_cache_gb", None)
     engines = load_engines(
-        args.model, decoder=getattr(args, "decoder", "greedy"), sidecar=getattr(args, "sidecar", None)
+        args.model, decoder=getattr(args, "decoder", "greedy"), sidecar=getattr(args, "sidecar", None),
+        prefix_cache_bytes=int(gigabytes * 2**30) if gigabytes is not None else DEFAULT_PREFIX_CACHE_BYTES,
     )
     sock = _bind(args.host, args.port)
     max_request_bytes = getattr(args, "max_request_bytes", None) or DEFAULT_MAX_REQUEST_BYTES

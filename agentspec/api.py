@@ -26,12 +26,18 @@ or talking to the outside world: only their ``read_only`` ones are ever run
 speculatively), any :class:`~agentspec.env.Environment`, or any
 :class:`~agentspec.snapshot.SnapshotBackend` (Docker, overlay filesystem,
 SQLite...).  The authority and speculator are :class:`ModelConfig` endpoints
-(any OpenAI-compatible server) or your own :class:`~agentspec.runtime.policies.Policy`.
+(any OpenAI-compatible server) or your own :class:`~agentspec.runtime.policies.Policy`; the speculator may also be
+a learned one, ``"learned:FILE"`` (a file of ``agentspec speculator fit``: fitted tables, no model), or a list of
+speculators asked in turn where the ones before abstain, each under the governor::
+
+    executor = Executor(Shop(), authority=ModelConfig.for_role("agent"),
+                        speculator=["learned:runs/spec.json", ModelConfig.for_role("speculator")], spec_width=2)
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -45,17 +51,21 @@ from agentspec.env import Environment, StateSnapshot
 from agentspec.errors import ConfigError
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient, ModelConfig
+from agentspec.run_spec import RunSpec, learned_speculator
 from agentspec.runtime.executor import CommittedStep, ExecutionResult
-from agentspec.runtime.modes import Mode
+from agentspec.runtime.governor import Governor, SpeculatorPanel
 from agentspec.runtime.latency import LatencyModel
+from agentspec.runtime.metrics import ExecutionMetrics, Timeline
+from agentspec.runtime.modes import Mode
 from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
 from agentspec.runtime.probe import FENCED_OPENING, LLMProber
-from agentspec.runtime.spork import SporkConfig
-from agentspec.run_spec import RunSpec
-from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.runlog import RunLog, TaskLog
 from agentspec.runtime.simulated import Role, SimulatedLatency
+from agentspec.runtime.spork import SporkConfig
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
+from agentspec.speculator.lookahead import ForkLookahead
+from agentspec.speculator.policy import LearnedSpeculator
+from agentspec.speculator.runs import model_at
 from agentspec.tools import Toolkit, render_result, spec_from_function
 from agentspec.types import Effect, Observation, Requestor, Step, TerminationReason, ToolCall, ToolSpec
 
@@ -69,6 +79,10 @@ DONE = ToolSpec(
     parameters={"type": "object", "properties": {"answer": {"type": "string"}}, "required": []},
     effect=Effect.READ_ONLY,
 )
+
+
+Speculator = ModelConfig | Policy | str
+"""One speculator of the Python API: a model endpoint, your own policy, or ``"learned:FILE"``."""
 
 
 class ToolkitEnvironment:
@@ -145,6 +159,9 @@ class RunResult:
     steps: list[CommittedStep]
     answer: str | None
     result: ExecutionResult
+    governor: dict[str, Any] | None = None
+    """The governor's report after this task, over every task of the executor so far (:meth:`Governor.report`: per
+    speculator its cost, saving and whether it is paused); None without a governor."""
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -179,6 +196,13 @@ class Executor:
     Modes: ``sequential``, ``sa``, ``smc``, and ``spork`` or ``X+spork`` (probes of the authority's own
     endpoint, which must be able to continue a final assistant message, as vLLM and ``agentspec serve`` do).
 
+    ``speculator``: a :class:`ModelConfig`, a :class:`Policy`, ``"learned:FILE"`` (a learned speculator: ranked
+    guesses from fitted tables in microseconds, its read-only look-ahead run in forks of the environment), or a list
+    of them, asked in turn where the ones before abstain.  ``spec_width``: guesses executed per chain position, each
+    in its own fork (the head guess and the next ``spec_width - 1`` ranked alternatives).  ``governor``: measure each
+    speculator's cost to the authority and its saving across this executor's tasks, and pause one that costs more
+    than it saves (:attr:`RunResult.governor` says so).
+
     ``log``: a run-log file that makes runs exactly-once across crashes (see :meth:`run`).  The live state is
     checkpointed after every commit as data: the environment's JSON state where it implements
     :class:`agentspec.checkpoint.JsonState`, otherwise its pickled state signed with a per-user key.
@@ -189,7 +213,7 @@ class Executor:
         env: Any,
         *,
         authority: ModelConfig | Policy,
-        speculator: ModelConfig | Policy | None = None,
+        speculator: Speculator | Sequence[Speculator] | None = None,
         mode: str = "sa",
         macros: MacroLibrary | str | Path | None = None,
         latency: LatencyModel | str | None = None,
@@ -199,13 +223,20 @@ class Executor:
         log: str | Path | None = None,
         spork: SporkConfig | None = None,
         probe_opening: str = FENCED_OPENING,
+        spec_width: int = 1,
+        governor: bool = True,
     ) -> None:
         self.backend = as_backend(env)
         self.authority, self.speculator = authority, speculator
+        self.speculators = _speculator_list(speculator)
         self.mode = Mode.parse(mode)
-        if self.mode.speculates and speculator is None:
+        if self.mode.speculates and not self.speculators:
             raise ConfigError(f"mode {self.mode.name} needs a speculator")
-        self.spec = RunSpec.of(modes=[self.mode], depth=depth, max_calls=max_calls, latency_model=latency)
+        self.spec = RunSpec.of(modes=[self.mode], depth=depth, max_calls=max_calls, latency_model=latency,
+                               spec_width=spec_width, governor=governor)
+        self.names = _speculator_names(self.speculators)
+        # One governor for every task of this executor: its evidence accumulates across them, as over a CLI mode.
+        self.governor = Governor(self.names) if governor and self.mode.speculates and self.speculators else None
         self.spork_config = spork or SporkConfig()
         self.probe_opening = probe_opening
         self.macros = MacroLibrary.load(macros) if isinstance(macros, (str, Path)) else macros
@@ -234,11 +265,16 @@ class Executor:
                 if not isinstance(authority, LLMPolicy):
                     raise ConfigError("SPORK probes the authority's own endpoint: give the authority as a ModelConfig")
                 prober = LLMProber.of(authority, opening=self.probe_opening)
-            speculator = await self._policy(self.speculator, stack, prompt, tools, "speculator") if self.speculator else None
+            parts = Parts(authority, prober=prober, governor=self.governor)
+            members = [(name, await self._speculator(source, stack, prompt, tools, parts))
+                       for name, source in zip(self.names, self.speculators, strict=True)]
+            if len(members) == 1 and self.governor is None:
+                parts.speculator = members[0][1]
+            elif members:
+                parts.speculator = SpeculatorPanel(members, self.governor)
             log = RunLog(self.log_path) if self.log_path else None
             if log is not None:
                 stack.callback(log.close)
-            parts = Parts(authority, speculator, prober)
             loop = build_loop(self.spec, self.mode, self.backend, parts, macros=self.macros, log=log, task_id=key,
                               spork=self.spork_config)
             if logged is not None:
@@ -248,11 +284,33 @@ class Executor:
             if log is not None:
                 log.finish(key, {"answer": answer, "final": result.final, "termination": result.termination.value,
                                  "note": result.note})
-        return RunResult(result.steps, str(answer) if answer is not None else None, result)
+        report = self.governor.report() if self.governor is not None else None
+        return RunResult(result.steps, str(answer) if answer is not None else None, result, report)
 
     def run_sync(self, task: str) -> RunResult:
         """:meth:`run` for code that is not async."""
         return anyio.run(self.run, task)
+
+    async def _speculator(self, source: Speculator, stack: AsyncExitStack, prompt: str, tools: list[ToolSpec],
+                          parts: Parts) -> Policy:
+        """One speculator's policy for a task; a learned one reads the task's prompt and gets look-ahead through
+        the task's backend once the loop is built (``parts.on_backend``)."""
+        if not isinstance(source, str):
+            return await self._policy(source, stack, prompt, tools, "speculator")
+        # Validated in __init__: a learned speculator's file.  Its tables are read once per file (model_at).
+        speculator = LearnedSpeculator(model_at(_learned_file(source)), prompt, width=max(3, self.spec.spec_width))
+        latency, rng = self.latency, random.Random(self.spec.seed)
+
+        async def charge(calls: Sequence[ToolCall]) -> None:
+            # Look-ahead calls are tool calls: they take the latency model's tool time, the batch at once.
+            if latency is not None and calls:
+                await anyio.sleep(max(latency.tool.seconds(call.name, rng) for call in calls))
+
+        def attach(backend: SnapshotBackend) -> None:
+            speculator.lookahead = ForkLookahead(backend, charge)
+
+        parts.on_backend.append(attach)
+        return speculator
 
     async def _policy(self, source: ModelConfig | Policy, stack: AsyncExitStack, prompt: str, tools: list[ToolSpec],
                       role: Role) -> Policy:
@@ -265,3 +323,37 @@ class Executor:
             stream_every = self.spork_config.probe_every if role == "authority" else 1
             return SimulatedLatency(source, self.latency, role, stream_every)
         return source
+
+
+def _learned_file(source: str) -> str:
+    """The file of a ``"learned:FILE"`` speculator; :class:`ConfigError` for any other text."""
+    path = learned_speculator(source)
+    if path is None:
+        raise ConfigError(f"speculator {source!r}: a text speculator is a learned one, 'learned:FILE'; give a model "
+                          "as a ModelConfig")
+    if not path:
+        raise ConfigError("plain 'learned' fits on a bench's train split, and the Python API has none: fit a file "
+                          "with `agentspec speculator fit` and give 'learned:FILE'")
+    return path
+
+
+def _speculator_list(speculator: Speculator | Sequence[Speculator] | None) -> list[Speculator]:
+    """The speculators in the order they are asked, each learned one's file read now (a bad one fails here)."""
+    if speculator is None:
+        return []
+    listed = list(speculator) if isinstance(speculator, Sequence) and not isinstance(speculator, str) else [speculator]
+    for source in listed:
+        if isinstance(source, str):
+            model_at(_learned_file(source))
+    return listed
+
+
+def _speculator_names(speculators: Sequence[Speculator]) -> list[str]:
+    """What the governor's report calls each speculator: a learned one's flag value, a model's name, a policy's
+    class; a repeated name gets ``#N``."""
+    names: list[str] = []
+    for source in speculators:
+        name = source if isinstance(source, str) else (
+            (source.model or "model") if isinstance(source, ModelConfig) else type(source).__name__)
+        names.append(name if name not in names else f"{name}#{len(names) + 1}")
+    return names

@@ -21,8 +21,8 @@ from another.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,24 +32,34 @@ import anyio
 from agentspec.bench.episode import Episode, LoggedEpisode
 from agentspec.bench.protocol import Bench, solo_calls
 from agentspec.bench.registry import BENCHES, open_bench, shipped_macros
+from agentspec.bench.registry import bench_data as registry_bench_data
 from agentspec.bench.roles import open_clients, plan_roles
 from agentspec.bench.runner import run_jobs
+from agentspec.data import sha256_file, unverified_data
 from agentspec.errors import AgentSpecError, ConfigError
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
+from agentspec.models.cassette import FILE as CASSETTE_FILE
 from agentspec.models.cassette import Cassette, ReplayMiss
-from agentspec.run_spec import RunSpec
+from agentspec.run_spec import RunSpec, learned_speculator
 from agentspec.runtime.conversation import User, scripted_turns, steps_trajectory
 from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
+from agentspec.runtime.governor import Governor, GovernorConfig, SpeculatorPanel
 from agentspec.runtime.latency import LatencyModel
-from agentspec.runtime.modes import Mode
-from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
+from agentspec.runtime.modes import Mode, noisy_oracle_p
+from agentspec.runtime.policies import DONE, LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
 from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, LLMProber, Prober, SimulatedProber
 from agentspec.runtime.real_time import real_time_backend
-from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.runtime.runlog import RunLog, TaskLog, data_digest, locked_out
 from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
 from agentspec.runtime.spork import SporkConfig
 from agentspec.snapshot import SnapshotBackend
+from agentspec.speculator.artifact import load as load_speculator
+from agentspec.speculator.online import OnlineLearner
+from agentspec.speculator.policy import LearnedSpeculator
+from agentspec.speculator.runs import episode_speculator, fitted_for
+from agentspec.speculator.trajectories import task_text
+from agentspec.trajectories import trajectory_from_messages
 from agentspec.types import ToolCall, Trajectory
 
 Job = tuple[Any, int]
@@ -64,12 +74,18 @@ class Parts:
     speculator: Policy | None = None
     prober: Prober | None = None
     user: User | None = None
+    governor: Governor | None = None
+    """The mode's governor, which ``speculator`` (then a :class:`SpeculatorPanel`) runs under."""
+    on_backend: list[Callable[[SnapshotBackend], None]] = field(default_factory=list)
+    """Told the episode's backend once it is open (the learned speculator's look-ahead forks it)."""
 
 
 @dataclass
 class ModeResult:
     episodes: list[Episode | LoggedEpisode]
     wall_s: float
+    governor: dict[str, Any] | None = None
+    """The governor's report after the mode (:meth:`Governor.report`); None without a governor."""
 
 
 @dataclass
@@ -85,6 +101,8 @@ class Outcome:
     wall_s: float = 0.0
     virtual_clock: bool = False
     """Whether the run went on trio's virtual clock (simulated models, a latency model, an in-process bench)."""
+    data: dict[str, Any] | None = None
+    """The bench's data folder, whether it is the pinned release (``data_verified``) and its files' sha256."""
 
 
 # --- one executor -----------------------------------------------------------------------
@@ -93,7 +111,8 @@ class Outcome:
 def executor_config(spec: RunSpec, mode: Mode) -> ExecutorConfig:
     return ExecutorConfig(mode=mode.base, depth=spec.depth, l_min=spec.l_min, seed=spec.seed, max_calls=spec.call_limit,
                           max_errors=spec.max_errors, verify_macros=spec.verify_macros,
-                          speculate_first=spec.record is not None, draft_first=spec.draft_first)
+                          speculate_first=spec.record is not None, draft_first=spec.draft_first,
+                          spec_width=spec.spec_width)
 
 
 def spork_config(spec: RunSpec) -> SporkConfig:
@@ -106,16 +125,91 @@ def build_loop(spec: RunSpec, mode: Mode, backend: SnapshotBackend, parts: Parts
     overrides the SPORK settings the spec gives (the Python API passes a whole :class:`SporkConfig`)."""
     if mode.spork and parts.prober is None:
         raise ConfigError(f"mode {mode.name} needs a prober (the authority must be a model endpoint or the oracle)")
+    for hook in parts.on_backend:
+        hook(backend)
     return ExecutionLoop(backend, parts.authority, parts.speculator if mode.speculates else None,
                          config=executor_config(spec, mode), macros=macros if mode.base == "smc" else None,
                          latency=spec.latency, log=log, task_id=task_id, prober=parts.prober if mode.spork else None,
-                         spork=spork or spork_config(spec), user=parts.user)
+                         spork=spork or spork_config(spec), user=parts.user,
+                         governor=parts.governor if mode.speculates else None)
+
+
+# --- speculators under the governor -----------------------------------------------------------
+
+
+def speculator_names(spec: RunSpec) -> list[str]:
+    """Each speculator of the spec by what the run calls it (its flag's value), in the order they are asked."""
+    names: list[str] = []
+    for model in [spec.speculator_model or "speculator", *spec.more_speculators]:
+        names.append(model if model not in names else f"{model}#{len(names) + 1}")
+    return names
+
+
+def _is_model(speculator: str) -> bool:
+    """Whether a further speculator is a model endpoint (it needs a client), not a scripted or fitted one."""
+    return noisy_oracle_p(speculator) is None and speculator.partition(":")[0] != "learned"
+
+
+def speculator_roles(spec: RunSpec) -> dict[str, str]:
+    """Role name -> model of each further speculator that is a model (``speculator2``, ``speculator3``...)."""
+    return {f"speculator{i}": model for i, model in enumerate(spec.more_speculators, 2) if _is_model(model)}
+
+
+class _RoleFlags:
+    """The spec, read as flags, with a ``speculatorN_model`` for each further model speculator (see
+    :func:`~agentspec.bench.roles.plan_roles`)."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self._spec, self._more = spec, speculator_roles(spec)
+
+    def __getattr__(self, name: str) -> Any:
+        role, _, what = name.partition("_")
+        if role in self._more:
+            return self._more[role] if what == "model" else None
+        return getattr(self._spec, name)
+
+
+def mode_governor(spec: RunSpec, mode: Mode) -> Governor | None:
+    """A governor for ``mode`` when it speculates and the spec wants one (one for every task of the mode)."""
+    if not (spec.governor and mode.speculates and spec.cluster is None):
+        return None
+    # On the virtual clock a model's time comes from the latency model, never from what runs beside it: a
+    # speculator there costs the authority nothing, so the governor only reports; holding speculation for a
+    # baseline or pausing on noise (decisions differ in length) would only change the run.
+    config = GovernorConfig(hold_every=None, pauses=False) if spec.virtual_clock else None
+    return Governor(speculator_names(spec), config)
+
+
+def govern(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: dict[str, ModelClient], parts: Parts,
+           governor: Governor | None, *, solo: bool, distractors: Sequence[ToolCall] | None = None) -> Parts:
+    """``parts`` with its speculator made a :class:`SpeculatorPanel` of the spec's speculators, in order (each
+    further one built as :func:`episode_parts` builds the first), under ``governor``.  Unchanged when there is
+    nothing to govern or combine."""
+    if not mode.speculates or parts.speculator is None or (governor is None and not spec.more_speculators):
+        return parts
+    names = speculator_names(spec)
+    members: list[tuple[str, Policy]] = [(names[0], parts.speculator)]
+    for i, model in enumerate(spec.more_speculators, 2):
+        alone = spec.model_copy(update={"speculator_model": model, "speculator_base_url": None, "more_speculators": []})
+        role = f"speculator{i}"
+        own = {**clients, "speculator": clients[role]} if role in clients else clients
+        own_parts = episode_parts(alone, mode, bench, task, own, solo=solo, distractors=distractors)
+        assert own_parts.speculator is not None
+        members.append((names[i - 1], own_parts.speculator))
+        parts.on_backend.extend(own_parts.on_backend)  # a further learned speculator looks ahead too
+    parts.speculator, parts.governor = SpeculatorPanel(members, governor), governor
+    return parts
+
+
+def macros_path(spec: RunSpec) -> str | None:
+    """The library smc uses: ``spec.macros``, else the bench's shipped one when a mode is smc."""
+    uses = any(m.base == "smc" for m in spec.modes)
+    return spec.macros or (str(shipped_macros(spec.bench)) if uses and spec.bench in BENCHES else None)
 
 
 def load_macros(spec: RunSpec) -> tuple[str | None, MacroLibrary | None]:
-    """The library smc uses: ``spec.macros``, else the bench's shipped one when a mode is smc."""
-    uses = any(m.base == "smc" for m in spec.modes)
-    path = spec.macros or (str(shipped_macros(spec.bench)) if uses and spec.bench in BENCHES else None)
+    """:func:`macros_path` and the library it names."""
+    path = macros_path(spec)
     return path, (MacroLibrary.load(path) if path else None)
 
 
@@ -161,7 +255,13 @@ def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clien
             authority = SimulatedLatency(model, simulated, "authority", spec.spork.probe_every)
     parts = Parts(authority)
     if mode.speculates:
-        if spec.noisy_p is not None:
+        if spec.learned_path is not None:
+            # Fitted tables, no model: only its measured predict time and its look-ahead calls take clock time.
+            learned, hook = episode_speculator(spec.learned_path, bench, task, latency=spec.latency,
+                                               virtual=spec.virtual_clock, seed=spec.seed, width=max(3, spec.spec_width))
+            parts.speculator = learned
+            parts.on_backend.append(hook)
+        elif spec.noisy_p is not None:
             noisy = NoisyOracleSpeculator(gold, spec.noisy_p, distractors, task_id=task.id, seed=spec.seed)
             parts.speculator = SimulatedLatency(noisy, simulated, "speculator")
         else:
@@ -222,20 +322,65 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
     return Episode(task.id, trial, trajectory, evaluation, timings, error, execution)
 
 
+# --- the run log ------------------------------------------------------------------------------
+
+
+def log_path(spec: RunSpec, mode: Mode) -> Path | None:
+    """``mode``'s run log: ``<out>/run-<mode>.log.jsonl`` (None without ``out``)."""
+    return Path(spec.out) / f"run-{mode.name}.log.jsonl" if spec.out else None
+
+
+def log_config(spec: RunSpec, mode: Mode) -> dict[str, Any]:
+    """What ``mode``'s run log records as its configuration (:meth:`RunSpec.result_settings`), with the files the
+    settings name taken by content: the macro library smc runs, the recording a replay answers from."""
+    settings = spec.result_settings(mode)
+    if "macros" in settings:
+        path = macros_path(spec)
+        settings["macros"] = sha256_file(Path(path)) if path and Path(path).is_file() else path
+    if spec.replay:
+        recording = Path(spec.replay) / CASSETTE_FILE
+        settings["replay"] = sha256_file(recording) if recording.is_file() else None
+    return settings
+
+
+def prior_log(spec: RunSpec, mode: Mode, jobs: Sequence[Job]) -> dict[str, TaskLog]:
+    """What ``mode``'s run log holds for this run: with ``resume``, its tasks, once the log is checked (signed
+    records, this run's settings, each finished task's data unchanged); else nothing, and an earlier run's log is
+    refused unless ``overwrite`` discards it."""
+    path = log_path(spec, mode)
+    if path is None or not path.is_file():
+        return {}
+    if not spec.resume:
+        if spec.overwrite or path.stat().st_size == 0:
+            return {}
+        raise ConfigError(f"{path} holds an earlier run's log: pass --resume to continue it, or --overwrite to "
+                          "discard it and start afresh")
+    logged = RunLog.read(path, log_config(spec, mode))
+    changed = sorted({task.id for task, trial in jobs
+                      if (done := logged.get(f"{task.id}#{trial}")) is not None and done.data is not None
+                      and done.data != data_digest(task)})
+    if changed:
+        raise ConfigError(f"{path}: the data of task {changed[0]!r}{f' and {len(changed) - 1} more' if len(changed) > 1 else ''} "
+                          "changed since its result was logged; refusing to resume (pass --overwrite to start afresh)")
+    return logged
+
+
 async def run_mode(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Sequence[Job], clients: dict[str, ModelClient],
-                   macros: MacroLibrary | None = None) -> list[Episode | LoggedEpisode]:
-    """Every job in ``mode``; with ``spec.out``, logged to ``run-<mode>.log.jsonl`` (``resume`` continues it)."""
+                   macros: MacroLibrary | None = None, governor: Governor | None = None,
+                   learner: OnlineLearner | None = None) -> list[Episode | LoggedEpisode]:
+    """Every job in ``mode``; with ``spec.out``, logged to ``run-<mode>.log.jsonl`` (``resume`` continues it,
+    ``overwrite`` replaces it; see :func:`prior_log`)."""
     if spec.cluster is not None:  # each episode a Ray task (the ray extra): imported only when a run names a cluster
         from agentspec.cluster import Playbook, run_mode_on_ray
 
         solo = is_solo(spec, bench)
-        playbook = Playbook(solo, role_defaults(spec, solo), episode_parts, run_episode)
+        playbook = Playbook(solo, role_defaults(spec, solo), episode_parts, run_episode, log_config, prior_log)
         return await run_mode_on_ray(spec, mode, bench, jobs, playbook, macros)
-    log_path = Path(spec.out) / f"run-{mode.name}.log.jsonl" if spec.out else None
-    previous = RunLog.read(log_path) if (log_path and spec.resume) else {}
-    if log_path and not spec.resume and log_path.exists():
-        log_path.unlink()
-    log = RunLog(log_path) if log_path else None
+    path = log_path(spec, mode)
+    previous = prior_log(spec, mode, jobs)
+    if path is not None and not spec.resume:
+        path.unlink(missing_ok=True)  # an earlier run's log, which prior_log let through: overwrite, or empty
+    log = RunLog(path, log_config(spec, mode)) if path is not None else None
     solo = is_solo(spec, bench)
     distractors = bench.distractors() if spec.agent == "oracle" else []  # every task's gold calls: read once
 
@@ -246,9 +391,14 @@ async def run_mode(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Sequence[
             stored = logged.result
             return LoggedEpisode(task.id, stored["reward"], stored.get("error"), stored)
         parts = episode_parts(spec, mode, bench, task, clients, solo=solo, distractors=distractors)
+        if learner is not None and isinstance(parts.speculator, LearnedSpeculator):
+            parts.speculator.model = learner.model  # this run's tables, updated as its tasks finish
+        parts = govern(spec, mode, bench, task, clients, parts, governor, solo=solo, distractors=distractors)
         episode = await run_episode(spec, mode, bench, task, parts, trial=trial, macros=macros, log=log, resumed=logged)
+        if learner is not None:
+            learn_from(learner, bench, task, episode)
         if log is not None:
-            log.finish(f"{task.id}#{trial}", episode.record())
+            log.finish(f"{task.id}#{trial}", episode.record(), data_digest(task))
         return episode
 
     try:
@@ -267,7 +417,7 @@ def role_defaults(spec: RunSpec, solo: bool) -> dict[str, str | None]:
         roles["agent"] = DEFAULT_MODELS["agent"]
         if not solo:
             roles["user"] = DEFAULT_MODELS["user"] if not spec.role_named("agent") else None
-    if spec.needs_speculator and spec.noisy_p is None:
+    if spec.needs_speculator and spec.noisy_p is None and spec.learned_path is None:
         roles["speculator"] = None
     return roles
 
@@ -275,7 +425,7 @@ def role_defaults(spec: RunSpec, solo: bool) -> dict[str, str | None]:
 async def run_modes(spec: RunSpec, bench: Bench[Any], jobs: Sequence[Job], macros: MacroLibrary | None) -> dict[str, ModeResult]:
     """Open the role clients once, then run each mode of the spec over the same jobs."""
     solo = is_solo(spec, bench)
-    plan = plan_roles(spec, role_defaults(spec, solo))
+    plan = plan_roles(_RoleFlags(spec), role_defaults(spec, solo) | dict.fromkeys(speculator_roles(spec)))
     if spec.speculator_hints is None:  # hints go where they are understood: a local model agentspec serves
         spec = spec.model_copy(update={"speculator_hints": "agent" in plan.embedded})
     if spec.agent == "llm" and not solo and "user" not in plan.endpoints and "user" not in plan.embedded:
@@ -286,15 +436,78 @@ async def run_modes(spec: RunSpec, bench: Bench[Any], jobs: Sequence[Job], macro
     async with AsyncExitStack() as stack:
         clients = await open_clients(stack, spec, plan, cassette)
         results: dict[str, ModeResult] = {}
+        learner = None
         for mode in spec.modes:
             started = time.perf_counter()
-            episodes = await run_mode(spec, mode, bench, jobs, clients, macros)
-            results[mode.name] = ModeResult(episodes, time.perf_counter() - started)
+            governor = mode_governor(spec, mode)
+            # Each speculating mode learns from the file afresh: a mode never sees what another learned.
+            learner = online_learner(spec) if mode.speculates else learner
+            episodes = await run_mode(spec, mode, bench, jobs, clients, macros, governor,
+                                      learner if mode.speculates else None)
+            results[mode.name] = ModeResult(episodes, time.perf_counter() - started,
+                                            governor.report() if governor is not None else None)
+        if learner is not None and spec.save_speculator:
+            learner.artifact().save(spec.save_speculator)
         return results
+
+
+def online_learner(spec: RunSpec) -> OnlineLearner | None:
+    """The run's learner of ``--learn-online`` (on its own copy of the speculator file's tables), else None."""
+    if not spec.learn_online or not spec.learned_path:
+        return None
+    return OnlineLearner(load_speculator(spec.learned_path))
+
+
+def learn_from(learner: OnlineLearner, bench: Bench[Any], task: Any, episode: Episode) -> None:
+    """Update the learner from one finished episode's committed calls: only a solved one (reward 1, as a fit
+    from runs takes by default), so a wrong workflow is never learned."""
+    if episode.error is not None or episode.reward < 1.0:
+        return
+    steps = trajectory_from_messages(task.id, episode.trajectory.messages, "online").steps
+    learner.learn(task.id, task_text(bench, task), [(call, obs) for call, obs in steps if call.name != DONE])
 
 
 def select_tasks(spec: RunSpec, bench: Bench[Any]) -> list[Any]:
     return bench.tasks(spec.split or bench.default_split, spec.task_ids, spec.limit)
+
+
+def resolve_learned(spec: RunSpec, bench: Bench[Any]) -> RunSpec:
+    """``spec`` with each plain ``learned`` speculator, the first or a further one, made ``learned:FILE`` of the
+    file fitted on ``bench``'s train split (fitted once, then cached)."""
+    if not spec.needs_speculator:
+        return spec
+    fitted: list[str] = []
+
+    def resolved(model: str | None) -> str | None:
+        if learned_speculator(model) != "":
+            return model
+        if not fitted:
+            fitted.append(fitted_for(bench))
+        return f"learned:{fitted[0]}"
+
+    return spec.model_copy(update={"speculator_model": resolved(spec.speculator_model),
+                                   "more_speculators": [resolved(m) or m for m in spec.more_speculators]})
+
+
+def check_held_out(spec: RunSpec, bench: Bench[Any], tasks: Sequence[Any]) -> None:
+    """Refuse a learned speculator fitted on another bench or on any of the run's tasks: its speed-ups there
+    would be inflated by what it memorised (one :class:`ConfigError` line)."""
+    if not spec.needs_speculator:
+        return
+    ids = {task.id for task in tasks}
+    for model in dict.fromkeys([spec.speculator_model, *spec.more_speculators]):
+        path = learned_speculator(model)
+        if not path:
+            continue
+        fitted_on = load_speculator(path).fitted_on
+        if fitted_on.bench is not None and fitted_on.bench != bench.name:
+            raise ConfigError(f"speculator {path} was fitted on bench {fitted_on.bench}, not {bench.name}: fit one on "
+                              f"{bench.name}")
+        seen = ids & set(fitted_on.task_ids)
+        if seen:
+            raise ConfigError(f"{len(seen)} of the run's {len(ids)} tasks are in the fit of speculator {path} "
+                              "(fitted_on.task_ids): run held-out tasks (plain `learned` fits on the train split, so "
+                              "it cannot run with --split train)")
 
 
 def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Outcome:
@@ -306,20 +519,31 @@ def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Outcome:
     if bench is None:
         if spec.bench is None:
             raise ConfigError("a run needs a bench (--bench)")
-        bench = open_bench(spec.bench, spec.data_dir, backend=spec.backend, max_steps=spec.max_steps,
-                           max_errors=spec.max_errors, options=spec.bench_options)
+        with unverified_data(spec.unverified_data):
+            bench = open_bench(spec.bench, spec.data_dir, backend=spec.backend, max_steps=spec.max_steps,
+                               max_errors=spec.max_errors, options=spec.bench_options)
     if not spec.solo and not bench.has_user and spec.agent == "llm" and spec.user_model:
         raise ConfigError(f"{bench.name} has no user simulator: drop --user-model")
     tasks = select_tasks(spec, bench)
     jobs = [(task, trial) for trial in range(spec.trials) for task in tasks]
+    spec = resolve_learned(spec, bench)
+    check_held_out(spec, bench, tasks)
     path, macros = load_macros(spec)
     started = time.perf_counter()
     virtual = spec.virtual_clock
-    if virtual:
-        from trio.testing import MockClock
+    with locked_out(spec.out) if spec.out else nullcontext():  # one run at a time writes into an --out folder
+        for mode in spec.modes:
+            prior_log(spec, mode, jobs)  # every mode's log checked before the first task starts
+        if virtual:
+            from trio.testing import MockClock
 
-        modes = anyio.run(run_modes, spec, bench, jobs, macros, backend="trio",
-                          backend_options={"clock": MockClock(autojump_threshold=0)})
-    else:
-        modes = anyio.run(run_modes, spec, bench, jobs, macros)
-    return Outcome(spec, bench, tasks, modes, macros, path, time.perf_counter() - started, virtual)
+            modes = anyio.run(run_modes, spec, bench, jobs, macros, backend="trio",
+                              backend_options={"clock": MockClock(autojump_threshold=0)})
+        else:
+            modes = anyio.run(run_modes, spec, bench, jobs, macros)
+    return Outcome(spec, bench, tasks, modes, macros, path, time.perf_counter() - started, virtual, bench_data(spec))
+
+
+def bench_data(spec: RunSpec) -> dict[str, Any] | None:
+    """:func:`~agentspec.bench.registry.bench_data` of the spec's bench, as the run's summary reports it."""
+    return registry_bench_data(spec.bench, spec.data_dir, unverified=spec.unverified_data)

@@ -11,6 +11,9 @@ reads back from it must be data, not a program.  Two formats:
   (``$AGENTSPEC_CACHE/runlog.key``, mode 0600).  The tag is checked before a
   single byte is unpickled, so a log edited by anyone, or written under another
   user's key, is refused instead of loaded.
+
+The same key signs every run-log record (:func:`sign`, see :mod:`agentspec.runtime.runlog`).  The key file is
+made atomically and refused unless it is 32 bytes, this user's, and readable by nobody else.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import hmac
 import os
 import pickle
 import secrets
+import stat
+import tempfile
 from pathlib import Path
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -50,11 +55,12 @@ def key_path() -> Path:
     return cache_root() / "runlog.key"
 
 
+KEY_BYTES = 32
 _keys: dict[Path, bytes] = {}
 
 
 def _key() -> bytes:
-    """This user's checkpoint-signing key, made on first use (read once per process and path)."""
+    """This user's signing key (checkpoints and run-log records), made on first use (read once per process and path)."""
     path = key_path()
     if path not in _keys:
         _keys[path] = _read_or_make_key(path)
@@ -62,23 +68,78 @@ def _key() -> bytes:
 
 
 def _read_or_make_key(path: Path) -> bytes:
+    """The key in ``path``, made first when there is none.
+
+    The key is written whole to a private temporary file (fsynced) and then linked to ``path``: a link never
+    replaces a file, so of concurrent makers exactly one wins and every other reads the winner's complete key, and a
+    crash never leaves a short key behind.  A key that is not this user's alone (wrong length, readable or writable by
+    others, another owner) is refused: whoever can read it can forge checkpoints that run code when resumed.
+    """
     try:
-        return path.read_bytes()
+        return _read_key(path)
     except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_bytes(32)
+    fd, tmp = tempfile.mkstemp(prefix=".runlog.key.", dir=path.parent)  # mode 0600, never another's file
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process made it first: use theirs
-        return path.read_bytes()
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(key)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_bytes(KEY_BYTES))
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: use theirs
+        _fsync_dir(path.parent)
+    finally:
+        os.unlink(tmp)
+    return _read_key(path)
+
+
+def _read_key(path: Path) -> bytes:
+    """Read and check the key file; FileNotFoundError when there is none, ConfigError when it cannot be trusted."""
+    fix = f"delete {path} to make a new key (logs it signed can then no longer be resumed)"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # a link could point at anyone's file
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise ConfigError(f"the run-log key {path} cannot be read ({exc.strerror}); {fix}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"the run-log key {path} is not a regular file; {fix}")
+        if info.st_uid != os.getuid():
+            raise ConfigError(f"the run-log key {path} belongs to user {info.st_uid}, not to you ({os.getuid()}); {fix}")
+        if info.st_mode & 0o077:
+            raise ConfigError(f"the run-log key {path} has mode {stat.S_IMODE(info.st_mode):04o}: others may read or "
+                              f"change it, so anyone could forge a log; make it 0600 (chmod 600 {path}) or {fix}")
+        key = handle.read(KEY_BYTES + 1)
+    if len(key) != KEY_BYTES:
+        raise ConfigError(f"the run-log key {path} holds {len(key)} bytes, a key is {KEY_BYTES}; {fix}")
     return key
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _tag(data: bytes) -> str:
     return hmac.new(_key(), data, hashlib.sha256).hexdigest()
+
+
+def sign(data: bytes) -> str:
+    """HMAC-SHA256 of ``data`` under this user's key (hex): what the run log puts on every record."""
+    return _tag(data)
+
+
+def signed_by_me(data: bytes, mac: str) -> bool:
+    """Whether ``mac`` is :func:`sign` of ``data`` (compared in constant time)."""
+    return hmac.compare_digest(_tag(data), mac)
 
 
 def encode(env: Any) -> dict[str, Any] | None:

@@ -10,7 +10,9 @@ holds them, in this order:
 3. the per-user cache (``$AGENTSPEC_CACHE`` or ``$XDG_CACHE_HOME/agentspec`` or
    ``~/.cache/agentspec``) under ``data/<spec.name>``, which :func:`pull` fills.
 
-Every file is checked against its hash once per process.
+Every file is checked against its hash once per process.  Within :func:`unverified_data` (``--unverified-data``) a
+folder whose files differ from the pinned release (new tasks, edited databases) is used anyway, with one warning line
+on stderr; :func:`data_report` then says so in a run's summary (``data_verified``, each file's sha256).
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agentspec.errors import DataError
 
@@ -62,24 +67,66 @@ def sha256_file(path: Path) -> str:
 
 
 _verified: set[tuple[str, str]] = set()
+_allow_unverified: ContextVar[bool] = ContextVar("agentspec_unverified_data", default=False)
+_warned: set[str] = set()
+"""Folders already warned about (one warning line per folder and process)."""
 
 
-def verify(spec: DataSpec, folder: Path) -> None:
-    """Raise :class:`DataError` unless every file of ``spec`` is in ``folder`` with its hash."""
-    missing = [rel for rel in spec.files if not (folder / rel).is_file()]
-    if missing:
-        raise DataError(
-            f"{folder} is not a {spec.name} data folder: missing {', '.join(missing[:4])}"
-            + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-        )
+@contextmanager
+def unverified_data(allowed: bool = True) -> Iterator[None]:
+    """Within this block (when ``allowed``), a data folder whose files fail their hash check is used anyway: custom
+    data (``--unverified-data``).  Missing files stay an error; so does any mismatch outside the block."""
+    token = _allow_unverified.set(allowed)
+    try:
+        yield
+    finally:
+        _allow_unverified.reset(token)
+
+
+def _mismatched(spec: DataSpec, folder: Path) -> list[tuple[str, str, str]]:
+    """(file, actual sha256, expected) of every file that differs from the pinned release."""
+    wrong = []
     for rel, expected in spec.files.items():
         key = (str((folder / rel).resolve()), expected)
         if key in _verified:
             continue
         actual = sha256_file(folder / rel)
         if actual != expected:
-            raise DataError(f"{folder / rel} fails its hash check (sha256 {actual}, expected {expected})")
-        _verified.add(key)
+            wrong.append((rel, actual, expected))
+        else:
+            _verified.add(key)
+    return wrong
+
+
+def verify(spec: DataSpec, folder: Path) -> None:
+    """Raise :class:`DataError` unless every file of ``spec`` is in ``folder`` with its hash (within
+    :func:`unverified_data`: unless every file is there; a mismatch is then one warning line on stderr)."""
+    missing = [rel for rel in spec.files if not (folder / rel).is_file()]
+    if missing:
+        raise DataError(
+            f"{folder} is not a {spec.name} data folder: missing {', '.join(missing[:4])}"
+            + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        )
+    wrong = _mismatched(spec, folder)
+    if not wrong:
+        return
+    if not _allow_unverified.get():
+        rel, actual, expected = wrong[0]
+        raise DataError(f"{folder / rel} fails its hash check (sha256 {actual}, expected {expected}); "
+                        "pass --unverified-data to run data that is not the pinned release")
+    if str(folder.resolve()) not in _warned:
+        _warned.add(str(folder.resolve()))
+        names = ", ".join(rel for rel, _, _ in wrong)
+        print(f"warning: unverified {spec.name} data in {folder} ({names} differ from the pinned release): "
+              "results are not comparable with published ones", file=sys.stderr)
+
+
+def data_report(spec: DataSpec, folder: Path) -> dict[str, Any]:
+    """What a run's summary says about its data: the folder, ``data_verified`` (every file is the pinned
+    release's) and each file's sha256 (so a run on custom data names exactly which data it ran)."""
+    hashes = {rel: sha256_file(folder / rel) for rel in spec.files}
+    verified = all(hashes[rel] == expected for rel, expected in spec.files.items())
+    return {"data_dir": str(folder), "data_verified": verified, "data_sha256": hashes}
 
 
 def resolve_data_dir(spec: DataSpec, explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] = os.environ) -> Path:

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from scipy.stats import beta
 
 from agentspec.errors import ConfigError
 from agentspec.types import ToolCall, canonical_json
@@ -48,6 +47,9 @@ FORMAT = "agentspec.macros/v1"
 
 def lower_bound(k: int, n: int, delta: float = 0.05) -> float:
     """Lower delta-quantile of the Beta(k+1, n-k+1) posterior of a macro's reliability."""
+    # scipy costs about half a second to import; only mining's filter calls this, every run imports this module.
+    from scipy.stats import beta
+
     return float(beta.ppf(delta, k + 1, n - k + 1))
 
 

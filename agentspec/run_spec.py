@@ -4,7 +4,7 @@
 experiments each describe their run as a :class:`RunSpec`; nothing else turns
 settings into an executor.  Modes are parsed once, here::
 
-    >>> RunSpec(bench="tau2-telecom", agent="oracle", modes="sequential,smc+spork").modes
+    >>> RunSpec(bench="tau2-telecom", agent="oracle", modes="sequential,smc+spork", speculator_model="learned").modes
     [Mode(base='sequential', spork=False), Mode(base='smc', spork=True)]
 
 A spec is checked as a whole when it is made (a noisy-oracle speculator needs
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentspec.errors import ConfigError
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.modes import Mode, noisy_oracle_p, parse_modes
+
 
 class SporkSettings(BaseModel):
     """SPORK's knobs (see :class:`agentspec.runtime.spork.SporkConfig`) and how its probes are made."""
@@ -46,6 +47,8 @@ class RunSpec(BaseModel):
     bench: str | None = None
     """A registered bench (``tau2-telecom``, ``workspace-demo``); None for the Python API's own environment."""
     data_dir: str | None = None
+    unverified_data: bool = False
+    """Run data that is not the pinned release (``--unverified-data``): one warning, ``data_verified: false``."""
     backend: str | None = None
     """The bench's environment backend where it offers several (``overlay``, ``copy``, ``docker``)."""
     bench_options: dict[str, Any] = Field(default_factory=dict)
@@ -64,8 +67,23 @@ class RunSpec(BaseModel):
     user_model: str | None = None
     user_base_url: str | None = None
     speculator_model: str | None = None
-    """A model (endpoint URL, URL#MODEL, a name at ``speculator_base_url``, a local name), or ``noisy-oracle:P``."""
+    """A model (endpoint URL, URL#MODEL, a name at ``speculator_base_url``, a local name), ``noisy-oracle:P``, or a
+    learned speculator (``learned:FILE``, or ``learned`` to fit one on the bench's train split)."""
     speculator_base_url: str | None = None
+    more_speculators: list[str] = Field(default_factory=list)
+    """Further speculators (``--speculator-model`` given again), each asked in turn where the ones before it abstain
+    (answer no call); every one under the governor."""
+    spec_width: int = Field(1, ge=1)
+    """Guesses executed per chain position: the speculator's head guess and its next ``spec_width - 1`` ranked
+    alternatives, each in its own fork (``--spec-width``)."""
+    learn_online: bool = False
+    """With a learned speculator: update its counts from each finished task of the run (``--learn-online``;
+    :mod:`agentspec.speculator.online`), each speculating mode from the file afresh."""
+    save_speculator: str | None = None
+    """Where to write the learned speculator as ``--learn-online`` left it (the last speculating mode's)."""
+    governor: bool = True
+    """Measure each speculator's cost to the authority and its saving during the run, and pause one that costs
+    more than it saves (:mod:`agentspec.runtime.governor`)."""
     temperature: float | None = Field(None, ge=0)
     instructions: str = ""
     """Text appended to the bench's system prompt (e.g. asking the model to think before each call)."""
@@ -107,6 +125,8 @@ class RunSpec(BaseModel):
     ``RAY_ADDRESS`` or a running local cluster names, else a new one here); None: in this process, Ray not imported."""
     out: str | None = None
     resume: bool = False
+    overwrite: bool = False
+    """Start afresh over the run logs an earlier run left in ``out`` (without it, or ``resume``, they are refused)."""
     progress: bool = True
 
     @classmethod
@@ -150,8 +170,18 @@ class RunSpec(BaseModel):
             raise ConfigError("modes sa and smc need --speculator-model (a model, or noisy-oracle:P with --agent oracle)")
         if self.resume and not self.out:
             raise ConfigError("--resume needs --out DIR (the run log lives there)")
+        if self.resume and self.overwrite:
+            raise ConfigError("--resume continues the logged run, --overwrite discards it: pass one of them")
         if self.record and self.replay:
             raise ConfigError("--record and --replay exclude each other: record once, then replay")
+        if (self.learn_online or self.save_speculator) and self.learned_path is None:
+            raise ConfigError("--learn-online and --save-speculator need a learned speculator (--speculator-model learned:FILE)")
+        if self.learn_online and self.trials > 1:
+            raise ConfigError("--learn-online with --trials > 1 would learn a task from its own earlier trial: run one trial")
+        if self.learn_online and self.resume:
+            raise ConfigError("--learn-online cannot --resume: the logged tasks are skipped, so nothing is learned from them")
+        if self.save_speculator and not self.learn_online:
+            raise ConfigError("--save-speculator writes what --learn-online learned: pass --learn-online too")
         return self
 
     # --- derived facts ----------------------------------------------------------------
@@ -176,12 +206,79 @@ class RunSpec(BaseModel):
     def virtual_clock(self) -> bool:
         """Every model is simulated (scripted, or replayed from a recording) and a latency model times them: run on
         trio's virtual clock."""
-        scripted = self.agent == "oracle" and (self.noisy_p is not None or not self.needs_speculator)
+        speculators = [self.speculator_model, *self.more_speculators]
+        simulated = all(noisy_oracle_p(s) is not None or learned_speculator(s) is not None for s in speculators)
+        scripted = self.agent == "oracle" and (simulated or not self.needs_speculator)
         return self.latency is not None and (scripted or self.replay is not None)
+
+    @property
+    def learned_path(self) -> str | None:
+        """The speculator file of ``--speculator-model learned:FILE`` (``""`` for plain ``learned``: fit on the
+        bench's train split); None when the speculator is not a learned one."""
+        return learned_speculator(self.speculator_model)
+
+    def result_settings(self, mode: Mode, env: Mapping[str, str] = os.environ) -> dict[str, Any]:
+        """The settings that decide ``mode``'s results, as JSON: what a run log's header records, so ``--resume``
+        under other settings is refused.
+
+        Every field counts unless it only says where output goes or how the run is spread (:data:`NOT_RESULTS`),
+        so a new field is covered by default; settings ``mode`` does not use are left out (a sequential log does not
+        depend on the speculator), the models the environment names count like flags, and which tasks run does not
+        count (a resume may run more or fewer; each task's data is checked on its own record)."""
+        settings = self.model_dump(mode="json", exclude=set(NOT_RESULTS))
+        settings["mode"] = mode.name
+        settings["recording"] = self.record is not None  # the speculator fills its chain first when recording
+        for role in ("agent", "user", "speculator"):
+            settings[f"{role}_model"] = getattr(self, f"{role}_model", None) or env.get(role_prefix(role) + "MODEL")
+        if not mode.speculates:
+            for name in SPECULATION_ONLY:
+                settings.pop(name, None)
+        if not mode.spork:
+            settings.pop("spork", None)
+        if mode.base != "smc":
+            for name in ("macros", "verify_macros", "l_min"):
+                settings.pop(name, None)
+        return settings
 
     def role_named(self, role: str) -> bool:
         """Whether a model is named for ``role`` here or in ``AGENTSPEC_<ROLE>_MODEL/BASE_URL``."""
         return role_given(self, role)
+
+
+NOT_RESULTS = frozenset({
+    "out", "resume", "overwrite", "progress", "concurrency", "cluster", "record", "replay", "modes", "data_dir",
+    "task_ids", "split", "limit", "trials", "agent_base_url", "user_base_url", "speculator_base_url",
+    "speculator_hints", "save_speculator",
+})
+"""RunSpec fields that do not change a task's result: where output and models live, how the run is spread, which
+tasks run, whether the authority gets draft hints (a hint changes its speed, never its output; and None is only
+resolved once the models are planned).  ``replay`` changes results through the recording, which the run's caller
+hashes; ``data_dir`` through the tasks' data, hashed per task."""
+
+SPECULATION_ONLY = ("speculator_model", "more_speculators", "speculator_hints", "draft_first", "depth", "spec_width",
+                    "governor", "learn_online")
+"""Settings only a speculating mode uses."""
+
+
+LEARNED = "learned"
+"""``--speculator-model learned:FILE`` (a file of ``agentspec speculator fit``) or plain ``learned`` (fitted on the
+bench's train split for the run, cached): a speculator fitted on past trajectories, no model."""
+
+
+def learned_speculator(value: str | None) -> str | None:
+    """The file of a ``learned:FILE`` speculator, ``""`` for plain ``learned``, None for any other value.
+
+        >>> learned_speculator("learned:runs/spec.json"), learned_speculator("learned"), learned_speculator("qwen")
+        ('runs/spec.json', '', None)
+    """
+    if value == LEARNED:
+        return ""
+    if value and value.startswith(LEARNED + ":"):
+        path = value[len(LEARNED) + 1:]
+        if not path:
+            raise ConfigError("--speculator-model learned:FILE needs the file (or plain `learned` to fit one)")
+        return path
+    return None
 
 
 def role_prefix(role: str) -> str:

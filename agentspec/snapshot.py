@@ -54,10 +54,9 @@ environment, a database connection, a directory tree, a container):
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import itertools
 import weakref
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
@@ -99,11 +98,19 @@ class Snapshot:
 class Sandbox(Protocol):
     """An isolated fork where speculative calls run."""
 
-    id: str
-    lineage: tuple[str, ...]
-    """Tokens of the states this sandbox descends from, oldest first."""
-    token: str
-    """Token of the sandbox's current state."""
+    # Read-only here (properties): a wrapper's sandbox forwards them; the backend, not a caller, moves them.
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def lineage(self) -> tuple[str, ...]:
+        """Tokens of the states this sandbox descends from, oldest first."""
+        ...
+
+    @property
+    def token(self) -> str:
+        """Token of the sandbox's current state."""
+        ...
 
     async def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation: ...
 
@@ -112,7 +119,10 @@ class Sandbox(Protocol):
 class SnapshotBackend(Protocol):
     """A live environment that can be snapshotted, forked, and have a fork promoted to live."""
 
-    live_token: str
+    @property
+    def live_token(self) -> str:
+        """Token of the live state (read-only here: a wrapper forwards it)."""
+        ...
 
     def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]: ...
 
@@ -366,9 +376,9 @@ class LineageBackend(Calls[S]):
         return isinstance(sandbox, Branch) and sandbox.calls is self
 
     def _own(self, sandbox: Sandbox) -> Branch[S]:
-        if not self._owns(sandbox) or sandbox.discarded:
+        if not self._owns(sandbox) or not isinstance(sandbox, Branch) or sandbox.discarded:
             raise SnapshotError("can only use a live sandbox of this backend")
-        return sandbox  # type: ignore[return-value]
+        return sandbox
 
     # ------------------------------------------------------------------ the protocol
 

@@ -66,18 +66,24 @@ class ToolSpec(BaseModel):
         return data
 
     @classmethod
-    def from_mcp(cls, tool: dict[str, Any]) -> ToolSpec:
-        """Build a spec from an MCP tool description, reading its annotations.
+    def from_mcp(cls, tool: dict[str, Any], *, forkable: bool = False) -> ToolSpec:
+        """Build a spec from an MCP tool description (``tools/list`` JSON, camelCase), reading its annotations.
 
-        ``openWorldHint`` wins (external), then ``readOnlyHint``, then
-        ``idempotentHint`` / ``destructiveHint=False``; no hint is MUTATING.
+        Fails closed, as the MCP specification's defaults say (``readOnlyHint=false``, ``destructiveHint=true``,
+        ``openWorldHint=true``): only a tool that declares ``readOnlyHint: true`` is READ_ONLY (and may run
+        speculatively).  Any other tool changes state agentspec cannot fork, so it is EXTERNAL (never speculated),
+        unless ``forkable``: the server runs inside an agentspec sandbox whose files are its whole state, so its
+        state-changing tools run in forks until committed (IDEMPOTENT with ``idempotentHint: true``, else
+        MUTATING).  A hint counts only as the JSON boolean ``true``.
         """
         hints = tool.get("annotations") or {}
-        if hints.get("openWorldHint"):
-            effect = Effect.EXTERNAL
-        elif hints.get("readOnlyHint"):
+        if not isinstance(hints, dict):
+            hints = {}
+        if hints.get("readOnlyHint") is True:
             effect = Effect.READ_ONLY
-        elif hints.get("idempotentHint"):
+        elif not forkable:
+            effect = Effect.EXTERNAL
+        elif hints.get("idempotentHint") is True:
             effect = Effect.IDEMPOTENT
         else:
             effect = Effect.MUTATING

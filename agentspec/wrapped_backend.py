@@ -16,8 +16,10 @@ backend's own async ``evaluate``...).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import math
 from collections.abc import Awaitable, Collection
 from typing import Any, TypeVar
 
@@ -26,10 +28,14 @@ import anyio.to_thread
 from agentspec.snapshot import Sandbox, Snapshot, SnapshotBackend, error_observation
 from agentspec.tools import Toolkit
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
+from agentspec.virtual_clock import RealTime
 
-__all__ = ["BackendWrapper", "WithTools", "WrappedSandbox"]
+__all__ = ["STATELESS_TOOL_DEADLINE_S", "BackendWrapper", "WithTools", "WrappedSandbox"]
 
 T = TypeVar("T")
+
+#: Seconds a stateless tool's call may take before the agent gets an error observation instead.
+STATELESS_TOOL_DEADLINE_S = 60.0
 
 
 class WrappedSandbox:
@@ -127,12 +133,18 @@ class WithTools(BackendWrapper):
     branch they are made on, and give no branch a new token; only the inner backend's tools named in ``expose``
     (all of them when None) are offered and run, so a sandbox that has more tools than an agent should see
     (a workspace's shell) keeps them to itself.
+
+    A toolkit call that takes longer than ``deadline_s`` seconds is answered with an error observation saying
+    so, and the episode goes on; the worker thread cannot be killed, so the tools bound their own work too (the
+    GAIA readers and fetches stop at their own deadlines, which are shorter).
     """
 
-    def __init__(self, inner: SnapshotBackend, tools: Toolkit, *, expose: Collection[str] | None = None) -> None:
+    def __init__(self, inner: SnapshotBackend, tools: Toolkit, *, expose: Collection[str] | None = None,
+                 deadline_s: float | None = STATELESS_TOOL_DEADLINE_S) -> None:
         super().__init__(inner)
         self.tools = tools
         self.expose = None if expose is None else frozenset(expose)
+        self.deadline_s = deadline_s
 
     def _offered(self, name: str) -> bool:
         return self.expose is None or name in self.expose
@@ -148,8 +160,20 @@ class WithTools(BackendWrapper):
 
     async def _execute(self, target: SnapshotBackend | Sandbox, call: ToolCall, requestor: Requestor) -> Observation:
         if self.tools.has_tool(call.name):
-            return await anyio.to_thread.run_sync(self.tools.run, call, requestor)
+            return await self._run_stateless(call, requestor)
         if not self._offered(call.name):
             offered = sorted({spec.name for spec in self.tool_specs(requestor)})
             return error_observation(call, requestor, f"unknown tool {call.name!r}; the tools are: {', '.join(offered)}")
         return await super()._execute(target, call, requestor)
+
+    async def _run_stateless(self, call: ToolCall, requestor: Requestor) -> Observation:
+        """Run a toolkit call in a worker thread; past the deadline, stop waiting and say so."""
+        # On the virtual clock a thread's work takes real time (else the clock would jump to the deadline at once).
+        guard = RealTime.of_current_clock()
+        with guard.running() if guard is not None else contextlib.nullcontext():
+            with anyio.move_on_after(self.deadline_s if self.deadline_s is not None else math.inf):
+                # abandon_on_cancel: a thread cannot be interrupted, so at the deadline it is left to finish alone.
+                return await anyio.to_thread.run_sync(self.tools.run, call, requestor, abandon_on_cancel=True)
+        return error_observation(
+            call, requestor, f"the tool {call.name!r} took longer than {self.deadline_s:g}s and was stopped"
+        )

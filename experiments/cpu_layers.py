@@ -32,8 +32,8 @@ def main() -> None:
 
     import torch
 
-    from agentspec.decoding.token_tree import TokenTree
     from agentspec.decoding.kv_cache import TargetSequence
+    from agentspec.decoding.token_tree import TokenTree
     from agentspec.models.local import load_model
     from agentspec.models.registry import resolve
 

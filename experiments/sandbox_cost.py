@@ -92,16 +92,16 @@ async def measure(backend: Any, repeats: int, sql: bool) -> dict[str, float]:
         ms, snap = await timed(backend.snapshot)
         samples["snapshot"].append(ms)
         samples["snapshot_unchanged"].append((await timed(backend.snapshot))[0])
-        ms, box = await timed(lambda: backend.fork(snap))
+        ms, box = await timed(lambda snap=snap: backend.fork(snap))
         samples["fork"].append(ms)
-        samples["execute"].append((await timed(lambda: box.execute(small(i))))[0])
-        samples["commit"].append((await timed(lambda: backend.commit(box)))[0])
+        samples["execute"].append((await timed(lambda box=box, i=i: box.execute(small(i))))[0])
+        samples["commit"].append((await timed(lambda box=box: backend.commit(box)))[0])
         other = await backend.fork(await backend.snapshot())
         await other.execute(small(i))
-        samples["discard"].append((await timed(lambda: backend.discard(other)))[0])
+        samples["discard"].append((await timed(lambda other=other: backend.discard(other)))[0])
         heavy = await backend.fork(await backend.snapshot())
         await heavy.execute(big)
-        samples["commit_10mb"].append((await timed(lambda: backend.commit(heavy)))[0])
+        samples["commit_10mb"].append((await timed(lambda heavy=heavy: backend.commit(heavy)))[0])
     return {key: round(statistics.median(values), 2) for key, values in samples.items()}
 
 

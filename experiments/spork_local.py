@@ -34,10 +34,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentspec.models import ModelClient, ModelConfig  # noqa: E402
-from agentspec.models.embedded import served_models  # noqa: E402
 from agentspec.assembly import episode_parts, run_episode  # noqa: E402
 from agentspec.bench.registry import open_bench  # noqa: E402
+from agentspec.models import ModelClient, ModelConfig  # noqa: E402
+from agentspec.models.embedded import served_models  # noqa: E402
 from agentspec.run_spec import RunSpec, SporkSettings  # noqa: E402
 from agentspec.runtime.latency import LatencyModel, ToolLatency  # noqa: E402
 from agentspec.runtime.metrics import percentile  # noqa: E402

@@ -4,9 +4,11 @@ The Docker engine is found through ``DOCKER_HOST`` or the default socket.  When
 none answers and this process may start one (root, ``dockerd`` installed), a
 private ``dockerd`` is started for the session and stopped at its end, so
 ``pytest`` alone runs the Docker tests for real; its data root is a btrfs file
-system on a loop device when ``mkfs.btrfs`` is installed, because the Docker
-backend caps each container's disk (``--storage-opt size``), which overlay2 on
-ext4 cannot do.
+system on a loop device when ``mkfs.btrfs`` is installed, so the Docker
+backend caps each container's disk with ``--storage-opt size``.  The tests of
+tests/test_docker_stock.py take :func:`stock_docker_client` instead: a second
+private ``dockerd`` as most machines run it (overlay2 over ext4), which cannot
+do that and gets the backend's other cap (a tmpfs workspace).
 
 A test that needs what the host cannot give (bubblewrap, an engine, a disk cap,
 debootstrap) skips with the exact reason and how to install it, through
@@ -23,12 +25,15 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+import docker.errors
 import pytest
+import requests
 
+from agentspec.errors import SnapshotError
 from agentspec.types import ToolCall
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,12 +53,17 @@ def bwrap_problem() -> str | None:
     import anyio
 
     from agentspec.errors import SnapshotError
-    from agentspec.sandbox._host import host_jail
-    from envs.workspace.environment import OPS_FILE
+    from envs.workspace.environment import open_workspace
+
+    async def start() -> None:
+        # A whole start with the default limits: besides bubblewrap, a user who is not root is refused the
+        # scratch tmpfs (the disk limit), and the tests that start a backend need both.
+        async with open_workspace("copy"):
+            pass
 
     def probe() -> str | None:
         try:
-            anyio.run(host_jail, "bwrap", OPS_FILE, 2**20)
+            anyio.run(start)
         except SnapshotError as exc:
             return str(exc)
         return None
@@ -115,23 +125,39 @@ def _btrfs_data_root(root: Path) -> Path:
     return data
 
 
-def _start_dockerd() -> tuple[subprocess.Popen[bytes], Path] | None:
+def _ext4_data_root(root: Path) -> Path:
+    """ext4 on a sparse loop file: a stock engine's overlay2 whatever file system holds /tmp (else a plain folder)."""
+    data = root / "data"
+    data.mkdir()
+    image = root / "data.img"
+    with image.open("wb") as fh:
+        fh.truncate(8 * 2**30)
+    made = subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True, check=False)
+    if made.returncode == 0:
+        subprocess.run(["mount", "-o", "loop", str(image), str(data)], capture_output=True, check=False)
+    return data
+
+
+def _start_dockerd(stock: bool = False) -> tuple[subprocess.Popen[bytes], Path] | None:
+    """A private dockerd (btrfs data root; ``stock``: overlay2 over ext4, and DOCKER_HOST left alone)."""
     if os.geteuid() != 0 or shutil.which("dockerd") is None:
         return None
     root = Path(tempfile.mkdtemp(prefix="agentspec-test-dockerd-"))
     sock = root / "docker.sock"
-    data = _btrfs_data_root(root)
+    data = _ext4_data_root(root) if stock else _btrfs_data_root(root)
+    driver = ["--storage-driver", "overlay2"] if stock else []
     log = (root / "dockerd.log").open("wb")
     process = subprocess.Popen(
         ["dockerd", "--data-root", str(data), "--exec-root", str(root / "exec"), "-H", f"unix://{sock}",
-         "--pidfile", str(root / "dockerd.pid"), "--bridge=none", "--iptables=false", "--ip-forward=false"],
+         "--pidfile", str(root / "dockerd.pid"), "--bridge=none", "--iptables=false", "--ip-forward=false", *driver],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     log.close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and process.poll() is None:
         if sock.exists():
-            os.environ["DOCKER_HOST"] = f"unix://{sock}"
+            if not stock:
+                os.environ["DOCKER_HOST"] = f"unix://{sock}"
             return process, root
         time.sleep(0.2)
     process.kill()
@@ -165,21 +191,43 @@ def docker_client() -> Iterator[Any]:
             _stop(started)
 
 
-def _wait_for_engine() -> Any:
-    from agentspec.errors import SnapshotError
+@pytest.fixture(scope="session")
+def stock_docker_client() -> Iterator[Any]:
+    """A client of a private engine on overlay2 over ext4, which cannot apply ``--storage-opt size``."""
+    import docker
+
+    started = _start_dockerd(stock=True)
+    if started is None:
+        unavailable("a stock Docker engine is started here as root with dockerd: apt-get install docker.io")
+    try:
+        client = _wait_for_engine(lambda: docker.DockerClient(base_url=f"unix://{started[1] / 'docker.sock'}", timeout=120))
+    except SnapshotError as exc:
+        _stop(started, exported=False)
+        unavailable(f"the stock dockerd did not answer: {exc}")
+    try:
+        yield client
+    finally:
+        client.close()
+        _stop(started, exported=False)
+
+
+def _wait_for_engine(make: Callable[[], Any] | None = None) -> Any:
+    """A client that answered (``make``: how to get one; default ``connect()``)."""
     from agentspec.sandbox._docker import connect
 
     deadline = time.monotonic() + 30
     while True:
         try:
-            return connect()
-        except SnapshotError:
+            client = (make or connect)()
+            client.ping()
+            return client
+        except (SnapshotError, docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             if time.monotonic() > deadline:
-                raise
+                raise SnapshotError(str(exc)) from exc
             time.sleep(0.3)
 
 
-def _stop(started: tuple[subprocess.Popen[bytes], Path]) -> None:
+def _stop(started: tuple[subprocess.Popen[bytes], Path], exported: bool = True) -> None:
     process, root = started
     process.terminate()
     try:
@@ -187,8 +235,10 @@ def _stop(started: tuple[subprocess.Popen[bytes], Path]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-    os.environ.pop("DOCKER_HOST", None)
-    subprocess.run(["umount", "-R", "-l", str(root)], stderr=subprocess.DEVNULL, check=False)
+    if exported:
+        os.environ.pop("DOCKER_HOST", None)
+    # The data root is the mount point (not ``root``): lazily, with what dockerd mounted under it.
+    subprocess.run(["umount", "-R", "-l", str(root / "data")], stderr=subprocess.DEVNULL, check=False)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -196,16 +246,17 @@ def _stop(started: tuple[subprocess.Popen[bytes], Path]) -> None:
 def dev_image(docker_client: Any) -> str:
     """The fast development image (envs/sandboxes/dev.toml), built or found by its content hash.
 
-    Skips (see :func:`unavailable`) when the engine cannot cap a container's disk: every Docker
-    backend with the default limits would refuse to start there.
+    Skips (see :func:`unavailable`) when the engine can cap a container's disk in no way (neither
+    ``--storage-opt size`` nor a tmpfs workspace): every Docker backend with the default limits
+    would refuse to start there.
     """
     from agentspec.errors import SnapshotError
-    from agentspec.sandbox._docker import check_disk_limit
+    from agentspec.sandbox._docker import disk_cap
     from agentspec.sandbox.images import ImageDefinition, build_image
 
     tag = build_image(docker_client, ImageDefinition.load(REPO / "envs" / "sandboxes" / "dev.toml")).tag
     try:
-        check_disk_limit(docker_client.api, tag)
+        disk_cap(docker_client.api, tag)
     except SnapshotError as exc:
         unavailable(str(exc))
     return tag

@@ -192,9 +192,12 @@ def test_meta_tools_replay_gold_through_execute_api(fixture_root: Path, venv: di
 
 
 def test_code_actions_replay_the_reference_solution(fixture_root: Path, venv: dict) -> None:
+    from sandbox_support import require_bwrap
+
     from agentspec.assembly import run
     from agentspec.run_spec import RunSpec
 
+    require_bwrap()  # code actions run each branch's worker in a bubblewrap jail
     bench = AppWorldBench.from_data_dir(fixture_root, python=venv["python"], actions="code")
     task = bench.task("agspecaddr_1")
     assert [spec.name for spec in bench.tools(task, solo=True)] == ["execute_code", "done"]

@@ -6,10 +6,9 @@ import json
 
 import anyio
 import pytest
-
-import agentspec
 from sandbox_support import needs_bwrap  # noqa: F401 - a fixture the workspace tests take
 
+import agentspec
 from agentspec import SAY, Bench, ConfigError, Effect, InProcessBackend, Mode, RunSpec, ToolCall, UserTurn
 from agentspec.api import ToolkitEnvironment
 from agentspec.cli import main

@@ -58,7 +58,9 @@ def test_role_flag_help_reads_as_one_sentence(command):
     for flag, text in helps.items():
         assert text[0].isupper() and text.endswith(".") and text.count(". ") == 0, (flag, text)
         if flag.endswith("-model"):
-            assert text.count(":") - text.count("noisy-oracle:") == 1, (flag, text)  # "Whose model: choices."
+            # "Whose model: choices."; the colons of a value's syntax (noisy-oracle:P, learned:FILE) are no clause.
+            syntax = text.count("noisy-oracle:") + text.count("learned:")
+            assert text.count(":") - syntax == 1, (flag, text)
 
 
 # --------------------------------------------------------------------------- numbers
@@ -278,3 +280,20 @@ def test_library_path_in_summary_is_a_path(tau2_dir, capsys):
                           "--data-dir", str(tau2_dir))
     assert code == 0, err
     assert Path(json.loads(out.strip().splitlines()[-1])["macros"]).is_file()
+
+
+# --------------------------------------------------------------------------- output paths nobody can write (issue 26, 14)
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--bench", "tau2-telecom", "--agent", "oracle", "--mode", "sequential", "--limit", "1", "--out", "/proc/x"],
+    ["run", "--bench", "tau2-telecom", "--agent", "oracle", "--limit", "1", "--out", "/proc/x"],  # tau2's own loop
+    [*SPEC, "--limit", "1", "--timeline", "/proc/x/t.png"],
+    [*SPEC, "--limit", "1", "--macros-out", "/proc/x/m.json"],
+    [*SPEC, "--limit", "1", "--record", "/proc/x"],
+    ["report", ".", "--out", "/proc/x/r.html"],
+    ["mine", "--bench", "tau2-telecom", "--speculator-model", "noisy-oracle:0.8", "--out", "/proc/x/m.json"],
+], ids=["run-out", "plain-run-out", "timeline", "macros-out", "record", "report-out", "mine-out"])
+def test_an_output_path_that_cannot_be_written_is_a_one_line_error(tau2_dir, capsys, argv):
+    code, _, err = call(capsys, *argv, *(["--data-dir", str(tau2_dir)] if argv[0] != "report" else []))
+    assert_one_line_error(code, err, "cannot write in /proc/x")

@@ -12,7 +12,8 @@ from agentspec.cli import build_parser, main
 from agentspec.cli.flags import noisy_oracle_p, number
 from agentspec.errors import ConfigError
 
-HEAVY = ("torch", "transformers", "docker", "matplotlib")
+# The model SDK and its HTTP stack, rich, scipy: the package root used to load them into every command, --help too.
+HEAVY = ("torch", "transformers", "docker", "matplotlib", "openai", "httpx", "rich", "scipy")
 
 
 def test_importing_the_cli_loads_no_heavy_dependency() -> None:
@@ -29,11 +30,27 @@ def test_building_the_parser_loads_no_heavy_dependency() -> None:
     assert loaded == ""
 
 
+def test_help_of_every_command_loads_no_heavy_dependency() -> None:
+    # What a user waits for: ``agentspec --help`` and ``agentspec COMMAND --help``, each run to its exit.
+    probe = (
+        "import contextlib, io, sys\n"
+        "from agentspec.cli import build_parser, main\n"
+        "commands = sorted(build_parser()._subparsers._group_actions[0].choices)\n"
+        "for argv in [['--help'], *([command, '--help'] for command in commands)]:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "        main(argv)\n"
+        f"print(len(commands), ','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    count, _, loaded = done.stdout.strip().partition(" ")
+    assert int(count) >= 12 and loaded == ""
+
+
 def test_python_dash_m_runs_the_cli() -> None:
-    done = subprocess.run([sys.executable, "-m", "agentspec.cli", "run"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "agentspec.cli", "run"], capture_output=True, text=True, check=False)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["agentspec: error: agentspec run: the following arguments are required: "
-                                                "--bench (see agentspec run --help)"]
+    assert done.stderr.strip().splitlines() == [("agentspec: error: agentspec run: the following arguments are required: "
+                                                 "--bench (see agentspec run --help)")]
 
 
 def test_every_command_has_its_handler() -> None:

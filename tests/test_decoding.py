@@ -15,14 +15,27 @@ from hypothesis import strategies as st
 from local_models import WEATHER_TOOLS
 
 import agentspec.decoding as decoding
-from agentspec.decoding import budget, drafter, json_prefix, recycling_drafter, retrieval_drafter, schema_drafter
-from agentspec.decoding import grammar, sidecar, stats, suffix_index, token_tree
+from agentspec.decoding import (
+    budget,
+    drafter,
+    grammar,
+    json_prefix,
+    recycling_drafter,
+    retrieval_drafter,
+    schema_drafter,
+    sidecar,
+    stats,
+    suffix_index,
+    token_tree,
+)
 from agentspec.decoding.budget import DEFAULT_COST, AcceptanceModel, ForwardCost, prune
 from agentspec.decoding.decoder import ToolSpecDecoder, default_drafters
 from agentspec.decoding.drafter import DraftRequest, DraftState, HintBox
 from agentspec.decoding.generation import SamplingParams, TokenOut, TokenStream
 from agentspec.decoding.grammar import GrammarConstraint
+from agentspec.decoding.greedy import GreedyChooser
 from agentspec.decoding.hint_drafter import HintDrafter
+from agentspec.decoding.kv_cache import TargetSequence
 from agentspec.decoding.plain import PlainGenerator
 from agentspec.decoding.recycling_drafter import RecyclingDrafter, prompt_lookup
 from agentspec.decoding.retrieval_drafter import CallHistory, RetrievalDrafter
@@ -30,8 +43,6 @@ from agentspec.decoding.schema_drafter import SchemaDrafter
 from agentspec.decoding.stats import DraftStats
 from agentspec.decoding.suffix_index import SuffixAutomaton
 from agentspec.decoding.token_tree import TokenTree
-from agentspec.decoding.greedy import GreedyChooser
-from agentspec.decoding.kv_cache import TargetSequence
 from agentspec.decoding.verifier import Verifier
 
 FUNCTIONS = [tool["function"] for tool in WEATHER_TOOLS]

@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from agentspec.cli import build_parser
 from agentspec.decoding.decoder import ToolSpecDecoder, default_drafters
-from agentspec.decoding.retrieval_drafter import CallHistory
 from agentspec.decoding.grammar import tool_grammar
+from agentspec.decoding.retrieval_drafter import CallHistory
 from agentspec.serve import create_app, load_engines
 from agentspec.serve.prompt import render_prompt
 from agentspec.serve.protocol import ChatRequest

@@ -14,14 +14,13 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from local_models import tiny_model
 
 from agentspec.cli import main
 from agentspec.errors import ModelUnavailable
-from agentspec.models import ModelClient, ModelConfig
-from agentspec.models import embedded
+from agentspec.models import ModelClient, ModelConfig, embedded
 from agentspec.models.embedded import PARENT_ENV, embedded_server
 from agentspec.models.registry import pull
-from local_models import tiny_model
 from agentspec.types import Message
 
 TASK = "[service_issue]airplane_mode_on[PERSONA:None]"

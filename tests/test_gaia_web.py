@@ -164,6 +164,11 @@ class FakeServer:
     seen: list[Seen] = field(default_factory=list)
     url: str = ""
 
+    @property
+    def allow(self) -> str:
+        """The opt-in that lets fetches reach this loopback server (they are refused without it)."""
+        return self.url.removeprefix("http://")
+
     def answer(self, method: str, path: str, body: object, status: int = 200, ctype: str = "") -> None:
         if isinstance(body, bytes):
             data, ctype = body, ctype or "application/octet-stream"
@@ -276,8 +281,8 @@ def test_api_keys_stay_out_of_the_logs(server: FakeServer, caplog: pytest.LogCap
     server.answer("POST", "/search", {"results": []})
     server.answer("GET", "/page", "<p>text</p>")
     with caplog.at_level(logging.DEBUG):
-        for backend in (BraveSearch(api_key="key-brave-77", base_url=server.url),
-                        TavilySearch(api_key="key-tavily-77", base_url=server.url)):  # fmt: skip
+        for backend in (BraveSearch(api_key="key-brave-77", base_url=server.url, fetch_allow=server.allow),
+                        TavilySearch(api_key="key-tavily-77", base_url=server.url, fetch_allow=server.allow)):  # fmt: skip
             backend.search("q")
             backend.fetch(server.url + "/page")
     assert caplog.records  # httpx does log the requests...
@@ -325,7 +330,7 @@ def test_fetch_returns_visible_text_of_an_html_page_after_redirects(server: Fake
     server.answer("GET", "/page", page)
     server.answer("GET", "/old", (server.url + "/page").encode(), status=302)
     server.answer("GET", "/plain", "just text\n", ctype="text/plain")
-    backend = SerperSearch(api_key="k", base_url=server.url)
+    backend = SerperSearch(api_key="k", base_url=server.url, fetch_allow=server.allow)
     assert backend.fetch(server.url + "/old") == "Odile Brasque, 1873"
     assert backend.fetch(server.url + "/plain") == "just text\n"
     assert backend.fetch(server.url + "/page", max_chars=5) == "Odile"
@@ -333,7 +338,7 @@ def test_fetch_returns_visible_text_of_an_html_page_after_redirects(server: Fake
 
 def test_fetch_failures_are_fetch_errors_with_the_cause(server: FakeServer) -> None:
     server.answer("GET", "/pdf", b"%PDF-1.4", ctype="application/pdf")
-    backend = BraveSearch(api_key="k", base_url=server.url)
+    backend = BraveSearch(api_key="k", base_url=server.url, fetch_allow=server.allow)
     with pytest.raises(FetchError, match="HTTP 404") as info:
         backend.fetch(server.url + "/missing")
     assert info.value.status_code == 404
@@ -345,7 +350,7 @@ def test_fetch_failures_are_fetch_errors_with_the_cause(server: FakeServer) -> N
 
 def test_fetch_stops_reading_at_the_size_cap(server: FakeServer) -> None:
     server.answer("GET", "/big", "a" * 50_000, ctype="text/plain")
-    backend = TavilySearch(api_key="k", base_url=server.url, max_fetch_bytes=1_000)
+    backend = TavilySearch(api_key="k", base_url=server.url, max_fetch_bytes=1_000, fetch_allow=server.allow)
     assert len(backend.fetch(server.url + "/big", max_chars=100_000)) == 1_000
 
 
@@ -354,7 +359,7 @@ def test_fetch_stops_reading_at_the_size_cap(server: FakeServer) -> None:
 
 def test_cached_web_fetches_each_url_once(server: FakeServer) -> None:
     server.answer("GET", "/page", "<p>Ferrowick copper</p>")
-    web = CachedWeb(BraveSearch(api_key="k", base_url=server.url))
+    web = CachedWeb(BraveSearch(api_key="k", base_url=server.url, fetch_allow=server.allow))
     assert web.name == "brave" and isinstance(web, WebBackend)
     first = web.fetch(server.url + "/page")
     second = web.fetch(server.url + "/page")
@@ -366,7 +371,7 @@ def test_cached_web_fetches_each_url_once(server: FakeServer) -> None:
 
 def test_cached_web_caches_searches_per_query_and_k_and_failures(server: FakeServer) -> None:
     server.answer("POST", "/search", {"organic": [{"title": "A", "link": "https://s.test/a", "snippet": ""}]})
-    web = CachedWeb(SerperSearch(api_key="k", base_url=server.url))
+    web = CachedWeb(SerperSearch(api_key="k", base_url=server.url, fetch_allow=server.allow))
     assert web.search("q") == web.search("q")
     assert server.hits("/search") == 1
     web.search("q", k=2)

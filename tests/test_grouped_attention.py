@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import copy
+
 import torch
 import transformers
 from decoding_support import SMOL, local, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from agentspec.decoding.token_tree import TokenTree
 from agentspec.models.grouped_attention import IMPLEMENTATION, grouped_sdpa, use_grouped_attention
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 
 class _Module(torch.nn.Module):

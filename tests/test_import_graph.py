@@ -26,6 +26,9 @@ that ``agentspec/__init__.py`` reaches part of one circle.
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,7 @@ ENV_EXTENSION_MODULES = frozenset({
     "agentspec.types",  # ToolCall, Observation, Effect, ToolSpec...
     "agentspec.errors",  # the error tree
     "agentspec.data",  # DataSpec: how a benchmark declares and verifies the data it needs
+    "agentspec.mcp",  # MCPToolkit: an MCP server's tools as a snapshot backend (the mcp bench)
 })
 
 # Imports of agentspec internals an environment is allowed for now, each with the issue that removes it (none
@@ -53,6 +57,10 @@ ENV_EXTENSION_MODULES = frozenset({
 # used, so the list can only shrink.
 ENV_TEMPORARY_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset()
 
+
+# Third-party packages that cost a process most of a second (or gigabytes) to import: a light import of agentspec
+# (its value types, its public names) must load none of them; they load where used (a model client, a fit).
+HEAVY = ("openai", "httpx", "rich", "scipy", "torch", "transformers")
 
 # Imports left out of the package-circle check, each closing a loop between two packages (none today).
 PACKAGE_CIRCLE_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset()
@@ -324,3 +332,61 @@ def test_the_env_rule_flags_internals_and_names_outside_all() -> None:
     ]
     bad, _ = env_violations(edges)
     assert [line.split(":")[1] for line in bad] == ["1 -> agentspec.runtime.executor (module)", "2 -> agentspec (module)", "4 -> agentspec.sandbox._host (module)"]
+
+
+# ---------------------------------------------------------------------------- what an import loads
+
+
+def _fresh(code: str) -> object:
+    """Run ``code`` in a fresh interpreter (this one may hold anything already) and return what it prints last,
+    read as JSON."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _heavy_loaded_after(statement: str) -> object:
+    return _fresh(f"import sys\n{statement}\n"
+                  f"import json; print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))")
+
+
+def test_importing_the_value_types_loads_no_heavy_dependency() -> None:
+    # It reached openai, httpx, rich and scipy through the eager package root.
+    assert _heavy_loaded_after("import agentspec.types") == []
+
+
+def test_the_whole_public_api_loads_no_heavy_dependency() -> None:
+    # The model client imports the SDK when one is opened, the runner rich when it draws a bar, the macro filter
+    # scipy when it computes a bound.
+    assert _heavy_loaded_after("from agentspec import *") == []
+
+
+def test_every_public_name_loads_lazily() -> None:
+    # ``from agentspec import X`` must give the very object the static (``TYPE_CHECKING``) imports of
+    # agentspec/__init__.py name, which is what type checkers and readers see; and nothing loads before it is asked.
+    static = _static_exports()
+    assert set(static) == _public_names()
+    loaded = _fresh(
+        "import importlib, json, sys\n"
+        "import agentspec\n"
+        "before = sorted(m for m in sys.modules if m.startswith('agentspec'))\n"
+        "unlisted = sorted(set(agentspec.__all__) - set(dir(agentspec)))\n"
+        f"static = {static!r}\n"
+        "wrong = []\n"
+        "for name, module in static.items():\n"
+        "    if getattr(agentspec, name) is not getattr(importlib.import_module(module), name):\n"
+        "        wrong.append(name)\n"
+        "print(json.dumps({'before': before, 'unlisted': unlisted, 'wrong': wrong}))"
+    )
+    assert loaded == {"before": ["agentspec"], "unlisted": [], "wrong": []}
+
+
+def _static_exports() -> dict[str, str]:
+    """Public name -> module, read from the ``if TYPE_CHECKING:`` imports of agentspec/__init__.py."""
+    tree = ast.parse((ROOT / "agentspec" / "__init__.py").read_text(encoding="utf-8"))
+    return {
+        alias.asname or alias.name: node.module
+        for statement in tree.body if isinstance(statement, ast.If) and _is_type_checking(statement.test)
+        for node in statement.body if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }

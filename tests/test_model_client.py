@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -525,13 +525,49 @@ OWN_VENVS = {"appworld": "envs/appworld/"}
 """Modules imported only by code that runs in a bench's own venv (AppWorld pins pydantic<2): the file prefix."""
 
 
+EXTRA_MODULES = {"llama_cpp": "llama-cpp-python"}
+"""Modules of an optional extra that README's first command (``.[test]``) leaves out, and the distribution each
+comes from: an import of one that is not installed is declared when that distribution is in an extra."""
+
+
+def _undeclared(imported: dict[str, str], declared: set[str], providers: Mapping[str, list[str]]) -> dict[str, str]:
+    """The imports that no declared distribution provides: an installed module by the distributions that installed
+    it, one that is not installed by :data:`EXTRA_MODULES` (anything else not installed is undeclared)."""
+    undeclared: dict[str, str] = {}
+    for module, where in imported.items():
+        if module in OWN_VENVS and where.startswith(OWN_VENVS[module]):
+            continue
+        installed = {_canonical(dist) for dist in providers.get(module, [])}
+        if not installed and module in EXTRA_MODULES:
+            installed = {_canonical(EXTRA_MODULES[module])}
+        if not installed & declared:
+            undeclared[module] = where
+    return undeclared
+
+
 def test_the_library_imports_only_declared_distributions() -> None:
     # httpx2 came in with some openai versions only: code must not lean on what a dependency happens to pull in.
-    declared = _declared_distributions()
-    providers = importlib.metadata.packages_distributions()
-    undeclared = {
-        module: where for module, where in _imported_modules().items()
-        if not {_canonical(dist) for dist in providers.get(module, [])} & declared
-        and not (module in OWN_VENVS and where.startswith(OWN_VENVS[module]))
-    }
+    undeclared = _undeclared(_imported_modules(), _declared_distributions(), importlib.metadata.packages_distributions())
     assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+
+
+def test_an_optional_extra_counts_as_declared_installed_or_not() -> None:
+    """Issue 26 item 17: after README's first command llama_cpp (extra [llama]) is not installed, and the check
+    still passes; installed or not it passes, while a module nobody declared fails it either way."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    pins = [pin for extra in project["optional-dependencies"].values() for pin in extra]
+    extras = {_canonical(re.split(r"[<>=!~\[; ]", pin, maxsplit=1)[0]) for pin in pins}
+    assert {_canonical(dist) for dist in EXTRA_MODULES.values()} <= extras
+    declared, imported = _declared_distributions(), _imported_modules()
+    assert set(EXTRA_MODULES) <= set(imported)  # each entry is still needed
+    providers = importlib.metadata.packages_distributions()
+    for module, dist in EXTRA_MODULES.items():  # where it is installed, the table names what installed it
+        assert module not in providers or _canonical(dist) in {_canonical(d) for d in providers[module]}
+    without = {module: dists for module, dists in providers.items() if module not in EXTRA_MODULES}
+    with_them = {**without, **{module: [dist] for module, dist in EXTRA_MODULES.items()}}
+    for installed in (without, with_them):
+        assert _undeclared(imported, declared, installed) == {}
+    stray = next(module for module, dists in without.items() if not {_canonical(d) for d in dists} & declared)
+    nowhere = {stray: "agentspec/a.py", "no_such_module_anywhere": "agentspec/b.py", "llama_cpp": "agentspec/c.py"}
+    for installed in (without, with_them):
+        assert set(_undeclared(nowhere, declared, installed)) == {stray, "no_such_module_anywhere"}

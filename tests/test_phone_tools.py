@@ -10,8 +10,8 @@ from agentspec.errors import ToolError
 from agentspec.types import Effect, ToolCall
 from envs.tau2_telecom.user_data_model import (
     DEFAULT_MMSC_URL,
-    APNSettings,
     ApnName,
+    APNSettings,
     NetworkModePreference,
     NetworkStatus,
     NetworkTechnology,

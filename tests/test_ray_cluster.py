@@ -1,12 +1,15 @@
 """Episodes on a real Ray cluster: two nodes started on this machine, compared with local runs of the same tasks.
 
 The cluster is ``ray start --head`` plus a second node joined with ``ray start --address``, each with one CPU,
-stopped (by process group) after the module.  Episodes use the oracle agent with a noisy-oracle speculator on
+on this machine's loopback (:data:`~agentspec.cluster.ray_episodes.LOOPBACK_NODE_IP`: no other address of the
+machine is ever tried), stopped (by process group) after the module.  A cluster that cannot start skips the
+tests that need it; with ``AGENTSPEC_REQUIRE_RAY=1`` (``.ci/run`` sets it) they fail instead.  Episodes use the oracle agent with a noisy-oracle speculator on
 the virtual clock over a few tau2-telecom tasks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -26,6 +29,7 @@ from typing import Any
 import pytest
 
 from agentspec.assembly import run
+from agentspec.cluster.ray_episodes import LOOPBACK_NODE_IP
 from agentspec.errors import ConfigError
 from agentspec.run_spec import RunSpec
 
@@ -33,6 +37,16 @@ VENV_BIN = Path(sys.executable).parent
 TASKS = 4
 BASE: dict[str, Any] = {"bench": "tau2-telecom", "split": "small", "limit": TASKS, "agent": "oracle", "modes": "sa",
                         "speculator_model": "noisy-oracle:0.8", "latency_model": "smc-paper", "progress": False}
+
+
+REQUIRE_RAY = "AGENTSPEC_REQUIRE_RAY"
+
+
+def _unavailable(reason: str) -> None:
+    """Skip with ``reason``; fail with it instead when ``AGENTSPEC_REQUIRE_RAY=1``."""
+    if os.environ.get(REQUIRE_RAY) == "1":
+        pytest.fail(f"{reason} [{REQUIRE_RAY}=1: this test must run here]", pytrace=False)
+    pytest.skip(reason)
 
 
 def _free_port() -> int:
@@ -45,7 +59,9 @@ def _start_node(temp: Path, *args: str) -> subprocess.Popen[bytes]:
     # --block keeps `ray start` in the foreground, so its whole process group is ours to stop.
     command = [str(VENV_BIN / "ray"), "start", "--block", "--num-cpus", "1", "--object-store-memory", "100000000",
                "--disable-usage-stats", "--dashboard-agent-listen-port", str(_free_port()), *args]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # Token auth off for the test cluster: a token a user once generated (~/.ray/auth_token) would otherwise turn it
+    # on for the nodes but not for this process, the driver, which could then never connect.
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     with (temp / f"node-{len(list(temp.glob('node-*')))}.log").open("wb") as log:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
@@ -72,28 +88,36 @@ def _stop(node: subprocess.Popen[bytes]) -> None:
 @pytest.fixture(scope="module")
 def cluster(tau2_dir: Path) -> Iterator[str]:
     """The address of a two-node Ray cluster on this machine."""
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'agentspec[ray]')")
+    try:
+        import ray
+    except ImportError:
+        _unavailable("the ray extra is not installed (pip install 'agentspec[ray]')")
+    from agentspec.cluster.ray_episodes import connect
+
     temp = Path(tempfile.mkdtemp(prefix="ar", dir="/tmp"))  # short: Ray's socket paths have a length limit
     port = _free_port()
-    address = f"127.0.0.1:{port}"
-    nodes = [_start_node(temp, "--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", str(temp / "t"))]
+    address = f"{LOOPBACK_NODE_IP}:{port}"
+    loopback = ("--node-ip-address", LOOPBACK_NODE_IP)
+    nodes = [_start_node(temp, "--head", "--port", str(port), *loopback, "--include-dashboard=false",
+                         "--temp-dir", str(temp / "t"))]
     deadline = time.monotonic() + 90
 
     def wait(what: str, ready: Any) -> None:
         while not ready():
             if time.monotonic() > deadline or any(n.poll() is not None for n in nodes):
                 logs = "\n".join(p.read_text(errors="replace")[-800:] for p in temp.glob("node-*.log"))
-                pytest.skip(f"could not start {what} of a Ray cluster on this machine:\n{logs}")
+                _unavailable(f"could not start {what} of a Ray cluster on this machine:\n{logs}")
             time.sleep(0.5)
 
     try:
         wait("the head node", lambda: "ray start --address" in (temp / "node-0.log").read_text(errors="replace"))
-        nodes.append(_start_node(temp, "--address", address))
-        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+        nodes.append(_start_node(temp, "--address", address, *loopback))
+        connect(address)  # as `agentspec run --ray ADDRESS` does
         wait("the second node", lambda: sum(1 for n in ray.nodes() if n["Alive"]) >= 2)
+        assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {LOOPBACK_NODE_IP}
         yield address
-    except (ConnectionError, RuntimeError) as exc:
-        pytest.skip(f"could not start a Ray cluster on this machine: {exc}")
+    except (ConnectionError, RuntimeError, ConfigError) as exc:
+        _unavailable(f"could not start a Ray cluster on this machine: {exc}")
     finally:
         ray.shutdown()
         for node in reversed(nodes):
@@ -361,3 +385,74 @@ def test_a_merge_cut_short_is_merged_again_without_changing_what_the_log_says(ta
     assert not part.exists()
     merged = RunLog.read(log)
     assert merged[key].result == expected[key].result and merged[key].steps == expected[key].steps
+
+
+@dataclasses.dataclass(frozen=True)
+class _Task:
+    id: str
+    question: str
+
+
+def test_a_resume_on_ray_refuses_a_task_whose_data_changed(tmp_path: Path) -> None:
+    """The driver checks the log against the jobs it runs, as a local resume does: a task whose data changed since
+    its result was logged is not taken from the log (no cluster needed: the check comes before any task)."""
+    from agentspec.assembly import episode_parts, log_config, prior_log, run_episode
+    from agentspec.cluster import Playbook
+    from agentspec.cluster.ray_episodes import _prepare_log
+    from agentspec.runtime.runlog import RunLog, data_digest
+
+    spec = RunSpec.of(agent="oracle", out=str(tmp_path), resume=True)
+    mode = spec.modes[0]
+    path = tmp_path / f"run-{mode.name}.log.jsonl"
+    log = RunLog(path, log_config(spec, mode))
+    log.finish("t1#0", {"reward": 1.0}, data_digest(_Task("t1", "what is 2+2?")))
+    log.close()
+    playbook = Playbook(True, {}, episode_parts, run_episode, log_config, prior_log)
+    same = _prepare_log(spec, mode, path, playbook, [(_Task("t1", "what is 2+2?"), 0)])
+    assert same["t1#0"].result == {"reward": 1.0}
+    with pytest.raises(ConfigError, match="the data of task 't1' changed since its result was logged"):
+        _prepare_log(spec, mode, path, playbook, [(_Task("t1", "what is 3+3?"), 0)])
+
+
+def test_a_forged_part_is_refused_not_signed_into_the_run_log(tmp_path: Path) -> None:
+    """A merge signs the part's records again after the run log's last one: a record edited in the part is refused
+    with its line first, so the merge never vouches for it."""
+    from agentspec.cluster.parts import merge_part
+    from agentspec.runtime.runlog import RunLog
+
+    part, run_log = tmp_path / "part.jsonl", tmp_path / "run-sa.log.jsonl"
+    log = RunLog(part)
+    log.finish("t1#0", {"reward": 0.0})
+    log.close()
+    header, task = part.read_text().splitlines(keepends=True)
+    part.write_text(header + task.replace('"reward":0.0', '"reward":1.0'))
+    with pytest.raises(ConfigError, match="part.jsonl line 2: the record's signature does not match"):
+        merge_part(part, run_log)
+    assert part.exists() and RunLog.read(run_log) == {}
+
+
+def test_a_cluster_address_where_nothing_listens_fails_in_seconds(tau2_dir: Path) -> None:
+    """Nothing at 127.0.0.1:1: one line naming the address, in seconds, not Ray's minutes-long wait (a process of
+    its own, as a user runs it: this one may already be connected to the module's cluster)."""
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'agentspec[ray]')")
+    argv = ["run", "--bench", "tau2-telecom", "--split", "small", "--limit", "1", "--agent", "oracle", "--mode", "sa",
+            "--speculator-model", "noisy-oracle:0.8", "--data-dir", str(tau2_dir), "--no-progress", "--ray",
+            "127.0.0.1:1"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    started = time.monotonic()
+    done = subprocess.run([str(VENV_BIN / "agentspec"), *argv], capture_output=True, text=True, timeout=120, env=env)
+    elapsed = time.monotonic() - started
+    err = done.stderr.strip()
+    assert done.returncode == 2 and elapsed < 30, (done.returncode, elapsed, err)
+    assert len(err.splitlines()) == 1 and "cannot reach the Ray cluster at 127.0.0.1:1: nothing answers" in err, err
+
+
+def test_the_probe_names_the_address_this_machine_reaches_a_cluster_from() -> None:
+    from agentspec.cluster.ray_episodes import probe
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        assert probe(f"127.0.0.1:{listener.getsockname()[1]}") == "127.0.0.1"
+    with pytest.raises(ConfigError, match="must be HOST:PORT"):
+        probe("127.0.0.1")

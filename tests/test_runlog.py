@@ -21,7 +21,7 @@ from agentspec import Executor
 from agentspec.errors import ConfigError
 from agentspec.macros import Macro, MacroLibrary, MacroStep
 from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
-from agentspec.runtime.runlog import RunLog
+from agentspec.runtime.runlog import RunLog, signed_line
 from agentspec.snapshot import InProcessBackend
 from agentspec.types import Observation, ToolCall
 
@@ -180,8 +180,14 @@ def test_a_tampered_telecom_checkpoint_stops_the_run_with_exit_2(tau2_dir, tmp_p
     record = json.loads(lines[commits[0]])
     assert record["checkpoint"]["format"] == "json"
     record["checkpoint"]["state"]["carrier"]["customers"] = "not a list"
-    path.write_text("".join(lines[: commits[0]]) + json.dumps(record) + "\n")
+    path.write_text("".join(lines[: commits[0]]) + json.dumps(record) + "\n")  # edited: its signature no longer holds
     capsys.readouterr()
+    assert main([*common, "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"line {commits[0] + 1}: the record's signature does not match" in err[0]
+    # Signed with this user's key after all (a writer's bug, not an attacker): the state is still validated as data.
+    previous = json.loads(lines[commits[0] - 1])["mac"]  # chained to the record before it, as the writer would
+    path.write_text("".join(lines[: commits[0]]) + signed_line({k: v for k, v in record.items() if k != "mac"}, previous))
     assert main([*common, "--resume"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checkpoint's state is not valid" in err[0]
@@ -194,13 +200,16 @@ def test_a_tampered_telecom_checkpoint_stops_the_run_with_exit_2(tau2_dir, tmp_p
      '"observation": {"call_id": "c", "name": "get", "content": "a=0"}}]}', "commits step 0 without its intent"),
     ('{"type": "intent", "task_id": "toy", "step": 0, "effect_id": "e", "call": {"name": "get", "arguments": {}}, '
      '"source": "authority"}', "the effect id does not match its call"),
-    ('{"type": "log", "version": 2}', "a header in the middle of the log"),
+    ('{"type": "log", "version": 4, "run_id": "r"}', "a header in the middle of the log"),
 ])
 def test_a_malformed_record_is_refused_with_its_line(tmp_path, line, why):
+    """Records signed with this user's key (a writer's bug, not an attacker) are still checked as a log."""
     path = tmp_path / "run.jsonl"
     RunLog(path).close()
+    record = json.loads(line)
+    previous = json.loads(path.read_text())["mac"]  # the header's: the record is chained to it
     with path.open("a") as handle:
-        handle.write(line + "\n")
+        handle.write(signed_line(record, previous) if isinstance(record, dict) else line + "\n")
     with pytest.raises(ConfigError, match=f"line 2: (task .toy. )?{why}"):
         RunLog.read(path)
 

@@ -244,14 +244,42 @@ def test_limits_the_backend_cannot_enforce_are_refused() -> None:
         Limits(disk_bytes=0)
 
 
-async def test_unconfined_is_an_opt_in_every_observation_records(tmp_path: Path) -> None:
-    """``confinement="none"`` runs (the host is in reach) and says so in the backend and each result."""
-    async with open_workspace("copy", confinement="none") as env:
+def _path_without(program: str, folder: Path) -> str:
+    """A PATH that finds every program the current one does except ``program``: a host without it installed."""
+    folder.mkdir()
+    for entry in os.environ["PATH"].split(os.pathsep):
+        for tool in Path(entry).iterdir() if entry and Path(entry).is_dir() else ():
+            link = folder / tool.name
+            if tool.name != program and not link.is_symlink():  # the first one on PATH wins, as it does there
+                link.symlink_to(tool)
+    return str(folder)
+
+
+async def test_unconfined_is_an_opt_in_every_observation_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``confinement="none"`` runs (the host is in reach) and says so in the backend and each result.
+
+    Issue 26 item 17: it is the way out the missing-bubblewrap error advertises, so it works where ``bwrap``
+    cannot be found (here: a PATH without it; calls run with their own fixed PATH), and only the default refuses.
+    """
+    monkeypatch.setenv("PATH", _path_without("bwrap", tmp_path / "bin"))
+    assert shutil.which("cp") is not None and shutil.which("bwrap") is None
+    # Not root, the scratch tmpfs (the disk limit) is refused as well: an opt-out of its own, recorded too.
+    limits = Limits() if os.geteuid() == 0 else Limits(disk_bytes=None)
+    async with open_workspace("copy", confinement="none", limits=limits) as env:
         assert env.confinement == "none" and env.isolation["network"] == "host"
+        assert env.weakened == ("unconfined" if os.geteuid() == 0 else "unconfined,no-disk-limit")
         box = await env.fork(await env.snapshot())
         for target in (env, box):
             obs = await target.execute(C("run_shell", command="echo hi"))
-            assert obs.content.strip() == "hi" and obs.isolation == "unconfined"
+            assert obs.content.strip() == "hi" and obs.isolation == env.weakened
+    with pytest.raises(SnapshotError, match=r"bubblewrap \(bwrap\) is not installed.*confinement='none'"):
+        async with open_workspace("copy"):
+            pass
+
+
+@jailed
+async def test_the_jail_is_the_default(tmp_path: Path) -> None:
+    """Without ``confinement`` every call runs under bubblewrap, and results carry no unconfined mark."""
     async with open_workspace("copy") as env:
         assert env.isolation["confinement"] == "bwrap" and env.weakened is None
         assert (await env.execute(C("run_shell", command="echo hi"))).isolation is None

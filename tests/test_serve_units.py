@@ -139,7 +139,8 @@ def test_request_validation_is_a_400(body: bytes) -> None:
     "module",
     ["agentspec.serve", "agentspec.serve.app", "agentspec.serve.engine", "agentspec.decoding.grammar",
      "agentspec.serve.completions", "agentspec.serve.protocol", "agentspec.serve.text", "agentspec.serve.prompt",
-     "agentspec.serve.server", "agentspec.serve.lifeline", "agentspec.models.registry", "agentspec.models.local",
+     "agentspec.serve.server", "agentspec.serve.lifeline", "agentspec.serve.hints", "agentspec.serve.schema_check",
+     "agentspec.models.registry", "agentspec.models.local",
      "agentspec.models.embedded"],
 )
 def test_all_names_exist(module: str) -> None:

@@ -14,12 +14,12 @@ from toy_env import KVEnvironment
 
 from agentspec.runtime.cost_model import CostModel
 from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
-from agentspec.runtime.modes import Mode
 from agentspec.runtime.latency import LatencyModel, ModelLatency, ToolLatency
+from agentspec.runtime.metrics import ExecutionMetrics, Timeline
+from agentspec.runtime.modes import Mode
 from agentspec.runtime.policies import Decision, OracleAuthority
 from agentspec.runtime.probe import ProbeResult, confidence, parse_probe, schema_errors
 from agentspec.runtime.simulated import SimulatedLatency
-from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.spork import Spork, SporkConfig
 from agentspec.snapshot import InProcessBackend, InProcessSandbox
 from agentspec.types import ToolCall, ToolSpec

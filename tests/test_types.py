@@ -67,15 +67,26 @@ def test_default_effect_is_mutating():
 
 
 @pytest.mark.parametrize(
-    ("hints", "effect"),
+    ("hints", "forkable", "effect"),
     [
-        ({}, Effect.MUTATING),
-        ({"readOnlyHint": True}, Effect.READ_ONLY),
-        ({"idempotentHint": True}, Effect.IDEMPOTENT),
-        ({"readOnlyHint": True, "openWorldHint": True}, Effect.EXTERNAL),
+        # The MCP defaults (readOnlyHint=false, destructiveHint=true, openWorldHint=true): never speculated.
+        ({}, False, Effect.EXTERNAL),
+        (None, False, Effect.EXTERNAL),
+        ({"destructiveHint": False, "openWorldHint": False}, False, Effect.EXTERNAL),
+        ({"idempotentHint": True}, False, Effect.EXTERNAL),
+        ({"readOnlyHint": "yes"}, False, Effect.EXTERNAL),  # only the JSON boolean true counts
+        ({"readOnlyHint": True}, False, Effect.READ_ONLY),
+        ({"readOnlyHint": True, "openWorldHint": True}, False, Effect.READ_ONLY),
+        # A server inside an agentspec sandbox: its state is forked, so state-changing tools run in forks.
+        ({}, True, Effect.MUTATING),
+        ({"idempotentHint": True}, True, Effect.IDEMPOTENT),
+        ({"readOnlyHint": True}, True, Effect.READ_ONLY),
     ],
 )
-def test_mcp_annotations(hints, effect):
-    spec = ToolSpec.from_mcp({"name": "t", "description": "d", "inputSchema": {"type": "object"}, "annotations": hints})
+def test_mcp_annotations(hints, forkable, effect):
+    tool = {"name": "t", "description": "d", "inputSchema": {"type": "object"}}
+    if hints is not None:
+        tool["annotations"] = hints
+    spec = ToolSpec.from_mcp(tool, forkable=forkable)
     assert spec.effect is effect
     assert spec.openai_schema()["function"]["name"] == "t"

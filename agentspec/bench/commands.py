@@ -12,15 +12,15 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from agentspec.user_files import out_dir, read_user_file
-from agentspec.bench.registry import data_spec, open_bench, setup_bench
+from agentspec.bench.registry import bench_data, data_spec, open_bench, setup_bench
 from agentspec.bench.roles import open_clients, plan_roles
-from agentspec.run_spec import role_given
 from agentspec.bench.runner import raise_if_endpoint_dead, run_jobs, summarize
 from agentspec.data import pull, resolve_data_dir
 from agentspec.errors import ConfigError
 from agentspec.report.load import RESULTS_FORMAT
+from agentspec.run_spec import role_given
 from agentspec.types import ToolCall
+from agentspec.user_files import out_dir, read_user_file
 
 
 class ActionSpec(BaseModel):
@@ -115,7 +115,7 @@ async def _run_llm(bench: Any, args: argparse.Namespace, jobs: list[tuple[Any, i
 
     # Nothing named for the agent: serve the default local models for this run (the user too, unless solo).
     agent_embedded = not role_given(args, "agent")
-    roles = {"agent": DEFAULT_MODELS["agent"]}
+    roles: dict[str, str | None] = {"agent": DEFAULT_MODELS["agent"]}
     if not args.solo:
         roles["user"] = DEFAULT_MODELS["user"] if agent_embedded else None
     plan = plan_roles(args, roles)
@@ -164,6 +164,7 @@ def plain_run_command(args: argparse.Namespace) -> dict[str, Any]:
     episodes = anyio.run(runner, bench, args, jobs)
     summary = {"bench": args.bench, "split": args.split if not task_ids else "task-ids", "agent": agent_kind}
     summary |= summarize(episodes, time.perf_counter() - started)
+    summary |= data_summary(args)  # in results.json too, as a --mode run writes it
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         results = {"format": RESULTS_FORMAT, "summary": summary, "episodes": [e.record() for e in episodes]}
@@ -175,6 +176,12 @@ def plain_run_command(args: argparse.Namespace) -> dict[str, Any]:
             summary["report"] = report_after_run(out)
     raise_if_endpoint_dead(episodes)
     return summary
+
+
+def data_summary(args: argparse.Namespace) -> dict[str, Any]:
+    """``data_verified`` and the data files' sha256 for a bench whose data agentspec verifies, as a ``--mode`` run
+    reports them (:func:`agentspec.bench.registry.bench_data`); nothing for a bench without pinned data."""
+    return bench_data(args.bench, args.data_dir, unverified=getattr(args, "unverified_data", False)) or {}
 
 
 # --- score --------------------------------------------------------------------------

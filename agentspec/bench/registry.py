@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentspec.bench.protocol import Bench
-from agentspec.data import DataSpec
+from agentspec.data import DataSpec, data_report, resolve_data_dir, unverified_data
 from agentspec.errors import ConfigError
 
 BENCHES: dict[str, str] = {
@@ -20,6 +20,7 @@ BENCHES: dict[str, str] = {
     "workspace-demo": "envs.workspace.bench:WorkspaceBench",
     "gaia": "envs.gaia.bench:GaiaBench",
     "appworld": "envs.appworld.bench:AppWorldBench",
+    "mcp": "envs.mcp.bench:MCPBench",
 }
 TAU2_DOMAINS = frozenset({"tau2-telecom"})
 """Benches that are tau2 domains: :class:`~agentspec.bench.tau2.harness.Tau2Bench` wraps them."""
@@ -60,6 +61,17 @@ def open_bench(name: str, data_dir: str | Path | None = None, *, backend: str | 
 def data_spec(name: str) -> DataSpec:
     """The data files the bench ``name`` needs."""
     return _load(DATA, name, "data set")
+
+
+def bench_data(name: str | None, data_dir: str | None = None, *, unverified: bool = False) -> dict[str, Any] | None:
+    """:func:`~agentspec.data.data_report` of bench ``name``'s data (``data_verified``, each file's sha256), for a
+    bench whose data agentspec verifies; None for any other.  ``unverified``: data that fails its hash check is
+    reported, not refused (``--unverified-data``)."""
+    if name is None or name not in DATA:
+        return None
+    data = data_spec(name)
+    with unverified_data(unverified):
+        return data_report(data, resolve_data_dir(data, data_dir))
 
 
 def shipped_macros(name: str) -> Path:

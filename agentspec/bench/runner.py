@@ -7,8 +7,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import anyio
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentspec.bench.tau2.evaluator import pass_hat_k
 from agentspec.errors import ModelError, ModelRequestError, ModelTimeout, ModelUnavailable
@@ -17,9 +15,15 @@ Job = TypeVar("Job")
 
 
 class EpisodeLike(Protocol):
-    task_id: str
-    reward: float
-    error: str | None
+    # Read-only (properties): an Episode computes its reward, and nothing here writes them.
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def reward(self) -> float: ...
+
+    @property
+    def error(self) -> str | None: ...
 
     def record(self) -> dict[str, Any]: ...
 
@@ -33,6 +37,11 @@ async def run_jobs(
     label: str = "episodes",
 ) -> list[EpisodeLike]:
     """Run ``run_one`` over ``jobs`` with at most ``concurrency`` in flight; results keep job order."""
+    # rich is only for the progress bar: importing it here keeps ``import agentspec`` (which reaches this module
+    # through the assembly) from loading it.
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     results: list[EpisodeLike | None] = [None] * len(jobs)
     limiter = anyio.CapacityLimiter(max(1, concurrency))
     bar = Progress(

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from agentspec.cli import bench, data, evaluate, mine, models, report, run, sandbox, score, serve, tasks
+from agentspec.cli import bench, data, evaluate, mine, models, report, run, sandbox, score, serve, speculator, tasks
 from agentspec.errors import AgentSpecError, UsageError
 
 __all__ = ["COMMAND_GROUPS", "EXIT_USAGE", "build_parser", "main"]
@@ -37,7 +37,7 @@ EXIT_USAGE = 2
 # One module per command, each adding its subcommand; a subcommand names its handler as "module:function"
 # (imported only when that command runs, so startup stays light), taking the parsed args and returning the JSON summary.
 COMMAND_GROUPS: list[Callable[[Any], None]] = [module.add_parser for module in (run, evaluate, score, tasks, data, models,
-                                                                                  serve, sandbox, mine, report, bench)]
+                                                                                  serve, sandbox, mine, report, bench, speculator)]
 
 
 class _Parser(argparse.ArgumentParser):

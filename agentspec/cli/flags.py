@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from agentspec.errors import UsageError
 from agentspec.runtime.modes import NOISY, noisy_oracle_p
 
 __all__ = ["NOISY", "POSITIVE", "PROBABILITY", "TEMPERATURE", "add_data_dir", "add_role_flags", "noisy_oracle_p",
-           "number"]
+           "number", "out_file", "out_folder"]
 
 
 
@@ -61,16 +64,32 @@ PROBABILITY = number(float, ge=0, le=1)
 TEMPERATURE = number(float, ge=0)
 
 
-def add_role_flags(parser: Any, role: str, whose: str, *, also: str = "") -> None:
+class _FirstAndMore(argparse.Action):
+    """A repeatable flag: its first value in ``dest``, any further ones in ``more_<dest without _model>s``."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:
+        more = f"more_{self.dest.removesuffix('_model')}s"
+        if getattr(namespace, self.dest, None) is None:
+            setattr(namespace, self.dest, values)
+            setattr(namespace, more, [])
+        else:
+            setattr(namespace, more, [*(getattr(namespace, more, None) or []), values])
+
+
+def add_role_flags(parser: Any, role: str, whose: str, *, also: str | Sequence[str] = (), repeatable: bool = False) -> None:
     """``--ROLE-model`` and ``--ROLE-base-url``, each with a help text that reads as one sentence.
 
-    ``whose`` names the model ("the agent's model"); ``also`` adds a choice
-    only this role has (e.g. ``"noisy-oracle:P (with --agent oracle)"``).
+    ``whose`` names the model ("the agent's model"); ``also`` adds the choices
+    only this role has (e.g. ``"noisy-oracle:P (with --agent oracle)"``); ``repeatable``: ``--ROLE-model`` may be
+    given again, each further value landing in ``more_<role>s`` (several speculators, asked in turn).
     """
+    extra = [choice for choice in ([also] if isinstance(also, str) else also) if choice]
     choices = ["an endpoint URL", "URL#MODEL", f"a model name served at --{role}-base-url",
-               "a local model name from `agentspec models list` (served for the run)", *([also] if also else [])]
-    parser.add_argument(f"--{role}-model", metavar="URL_OR_NAME",
-                        help=f"{whose[0].upper()}{whose[1:]}: {', '.join(choices[:-1])}, or {choices[-1]}.")
+               "a local model name from `agentspec models list` (served for the run)", *extra]
+    # One sentence (the help test reads it so): the repeat clause joins it after a semicolon.
+    again = "; give the flag again to add more, each asked where the ones before abstain" if repeatable else ""
+    parser.add_argument(f"--{role}-model", metavar="URL_OR_NAME", **({"action": _FirstAndMore} if repeatable else {}),
+                        help=f"{whose[0].upper()}{whose[1:]}: {', '.join(choices[:-1])}, or {choices[-1]}{again}.")
     parser.add_argument(f"--{role}-base-url", metavar="URL",
                         help=f"OpenAI-compatible base URL serving {whose}, when --{role}-model is a model name.")
 
@@ -78,6 +97,14 @@ def add_role_flags(parser: Any, role: str, whose: str, *, also: str = "") -> Non
 def add_data_dir(parser: argparse.ArgumentParser) -> None:
     """``--data-dir``: where a command finds the benchmark's data."""
     parser.add_argument("--data-dir", help="benchmark data folder (default: $AGENTSPEC_TAU2_DATA or the user cache)")
+
+
+def add_unverified_data(parser: argparse.ArgumentParser) -> None:
+    """``--unverified-data``: run data that fails its hash check (custom tasks, edited databases); the command
+    then wraps its work in :func:`agentspec.data.unverified_data` and reports :func:`agentspec.data.data_report`."""
+    parser.add_argument("--unverified-data", action="store_true",
+                        help="use a --data-dir that is not the pinned release (new tasks, edited databases): one "
+                        "warning, and data_verified false with the files' sha256 in the summary")
 
 
 def add_bench_options(parser: argparse.ArgumentParser) -> None:
@@ -100,3 +127,34 @@ def bench_options(pairs: list[str]) -> dict[str, str]:
             raise UsageError(f"--bench-option {pair!r}: write KEY=VALUE")
         options[key.strip()] = value.strip()
     return options
+
+
+def _writable(folder: Path) -> None:
+    """Create ``folder`` (and its parents) and write a file in it; ArgumentTypeError with the reason otherwise."""
+    for parent in (folder, *folder.parents):
+        if parent.exists() and not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{folder}: {parent} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".agentspec-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write in {folder}: {exc.strerror or exc}") from None
+
+
+def out_folder(text: str) -> str:
+    """An argparse ``type`` for a folder a command writes into: created now and proven writable, so an unusable
+    one (``/proc/x``, read-only, a file in the way) is a one-line usage error before anything runs."""
+    _writable(Path(text))
+    return text
+
+
+def out_file(text: str) -> str:
+    """An argparse ``type`` for a file a command writes: not a folder, and its folder made as :func:`out_folder`
+    makes one (the file itself is written later)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give a file name, e.g. {path / 'out'}")
+    _writable(path.parent)
+    return text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentspec.cli.flags import POSITIVE, add_bench_options, add_data_dir, add_role_flags, number
+from agentspec.cli.flags import POSITIVE, add_bench_options, add_data_dir, add_role_flags, number, out_file
 
 DEFAULT_TEMPERATURE = 0.7
 """Sampling temperature for a model speculator when none is given: several samples must be able to differ."""
@@ -15,14 +15,15 @@ def add_parser(sub: Any) -> None:
     mine = sub.add_parser("mine", help="mine a macro library from successful trajectories")
     mine.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
     mine.add_argument("--split", default="train", help="the training split: its gold calls, and the tasks --runs may cover")
-    add_role_flags(mine, "speculator", "the speculator's model", also="noisy-oracle:P (the trajectories' own calls, "
-                   "each replaced with probability 1-P)")
+    add_role_flags(mine, "speculator", "the speculator's model", also=[
+        "noisy-oracle:P (the trajectories' own calls, each replaced with probability 1-P)",
+        "learned:FILE (a file of `agentspec speculator fit`)"])
     mine.add_argument("--runs", nargs="+", default=[], metavar="DIR", help="run folders (or results.json files) to mine too")
     mine.add_argument("--no-gold", action="store_true", help="mine only --runs, not the split's gold calls")
     mine.add_argument("--min-reward", type=number(float, ge=0, le=1), default=1.0, help="a run episode counts as successful from this reward")
     add_data_dir(mine)
     add_bench_options(mine)
-    mine.add_argument("--out", required=True, help="where to write the library, e.g. runs/macros.json; the same "
+    mine.add_argument("--out", required=True, type=out_file, help="where to write the library, e.g. runs/macros.json; the same "
                       "inputs always give the same bytes")
     mine.add_argument("--samples", type=POSITIVE, default=4, help="speculator continuations per training state")
     mine.add_argument("--temperature", type=number(float, ge=0), default=None,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentspec.cli.flags import out_file
+
 
 def add_parser(sub: Any) -> None:
     """Register ``report``."""
     report = sub.add_parser("report", help="one self-contained HTML page comparing runs: where the time went")
     report.add_argument("runs", nargs="+", metavar="RUN_DIR", help="--out folders of agentspec run (with results.json)")
-    report.add_argument("--out", required=True, help="the HTML file to write (its folder is created)")
+    report.add_argument("--out", required=True, type=out_file, help="the HTML file to write (its folder is created)")
     report.set_defaults(handler="agentspec.report.command:report_command")

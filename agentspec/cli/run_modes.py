@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from agentspec.errors import ConfigError
 from agentspec.report.load import RESULTS_FORMAT
 from agentspec.run_spec import RunSpec, SporkSettings
 from agentspec.runtime.metrics import ExecutionMetrics, aggregate
+from agentspec.runtime.runlog import locked_out
 from agentspec.user_files import out_dir, read_user_file
 
 
@@ -56,9 +58,13 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
         temperature=args.temperature, answer_prefix=args.answer_prefix, modes=args.mode, depth=args.depth,
         l_min=args.l_min, seed=args.seed, max_steps=args.max_steps, max_errors=args.max_errors,
         verify_macros=args.verify_macros, macros=args.macros, latency_model=args.latency_model, spork=spork,
-        concurrency=args.concurrency, out=args.out, resume=args.resume, progress=not args.no_progress,
+        concurrency=args.concurrency, out=args.out, resume=args.resume, overwrite=args.overwrite,
+        progress=not args.no_progress,
         record=args.record, replay=args.replay, speculator_hints=args.speculator_hints, draft_first=args.draft_first,
         cluster=getattr(args, "ray", None),
+        unverified_data=getattr(args, "unverified_data", False), spec_width=getattr(args, "spec_width", 1),
+        governor=getattr(args, "governor", True), more_speculators=getattr(args, "more_speculators", None) or [],
+        learn_online=getattr(args, "learn_online", False), save_speculator=getattr(args, "save_speculator", None),
     )
     out_dir(args.out)
     return spec
@@ -111,11 +117,21 @@ def _speedups(summaries: dict[str, dict[str, Any]]) -> dict[str, float | None] |
 
 
 def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the spec the flags describe and write its results, holding ``--out`` from the first log record to the
+    last file written (a second run into it is refused at once, not interleaved)."""
     spec = run_spec(args)
+    with locked_out(spec.out) if spec.out else nullcontext():
+        return _run_and_write(args, spec)
+
+
+def _run_and_write(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
     outcome = run(spec)
     results = outcome.modes
     records = {mode: [e.record() for e in r.episodes] for mode, r in results.items()}  # each built once
     summaries = {mode: _mode_summary(outcome.bench, r.episodes, records[mode], r.wall_s) for mode, r in results.items()}
+    for mode, r in results.items():
+        if r.governor is not None:
+            summaries[mode]["governor"] = r.governor
     summary: dict[str, Any] = {"bench": spec.bench, "split": (spec.split or outcome.bench.default_split) if not spec.task_ids else "task-ids",
                                "agent": spec.agent, "speculator": spec.speculator_model,
                                "play": "solo" if is_solo(spec, outcome.bench) else "normal",
@@ -124,6 +140,7 @@ def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
     summary["latency_model"] = spec.latency.name if spec.latency else None
     summary["models"] = "replayed from " + spec.replay if spec.replay else ("recorded to " + spec.record if spec.record else "live")
     summary["macros"] = outcome.macros_path
+    summary |= outcome.data or {}
     summary["modes"] = summaries
     summary["speedup_vs_sequential"] = _speedups(summaries)
     summary["run_wall_s"] = round(outcome.wall_s, 3)

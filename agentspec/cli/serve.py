@@ -23,6 +23,12 @@ def add_parser(sub: Any) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=number(int, ge=0, le=65535), default=8000, help="0 picks a free port")
     serve.add_argument("--max-tokens", type=POSITIVE, default=2048, help="completion tokens when a request sets none")
+    serve.add_argument("--max-request-bytes", type=POSITIVE, default=None, metavar="BYTES",
+                       help="the largest chat request body (default 4 MiB; embedded engine): a larger one is "
+                            "refused 413 unread")
+    serve.add_argument("--max-queued-requests", type=POSITIVE, default=None, metavar="N",
+                       help="chat requests in progress at once, queued or decoding (default 32; embedded engine): "
+                            "more are refused 429 with Retry-After, since each queued prompt holds its key/values")
     serve.add_argument("--decoder", choices=["greedy", "toolspec"], default="greedy",
                        help="toolspec: lossless tree-speculative decoding of greedy requests")
     serve.add_argument("--sidecar", nargs="?", const="smollm2-135m", default=None, metavar="MODEL",

@@ -18,7 +18,6 @@ task that starts again at step 0 as the later run (see
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -45,15 +44,17 @@ def clear_parts(out: str | Path, mode_name: str) -> None:
 
 
 def merge_part(part: Path, run_log: Path) -> None:
-    """Append ``part``'s records (minus its header) to ``run_log`` in one write, fsync it, then delete ``part``."""
-    lines = part.read_text(encoding="utf-8").split("\n")
-    body = [line for line in lines[:-1] if line and not line.startswith('{"type":"log"')]  # lines[-1]: torn or ""
-    if body:
-        RunLog(run_log).close()  # creates the header (and cuts a torn tail) before the first merge
-        with run_log.open("a", encoding="utf-8") as handle:
-            handle.write("\n".join(body) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+    """Append ``part``'s records (minus its header) to ``run_log`` in one write, fsync it, then delete ``part``.
+
+    Each record's ``mac`` chains it to its own log, so the records are checked in the part first (a forged one is
+    refused with its line, never signed again) and then signed again after the run log's last record."""
+    records = RunLog.records(part)  # a torn last line (a worker killed mid-write) is left out
+    if records:
+        log = RunLog(run_log)  # creates the header (and cuts a torn tail) before the first merge
+        try:
+            log.extend(records)
+        finally:
+            log.close()
     part.unlink()
 
 

@@ -18,6 +18,10 @@ appears there exactly once.  With a cluster, the number of episodes in flight is
 from __future__ import annotations
 
 import functools
+import ipaddress
+import logging
+import os
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,14 @@ MAX_RETRIES = 3
 """Attempts Ray makes after the first when a task's worker dies."""
 POLL_S = 0.2
 """How long the driver's thread waits for finished tasks before checking again (wall time)."""
+PROBE_S = 3.0
+"""How long the driver waits for the cluster's GCS port to accept a TCP connection before giving up."""
+LOOPBACK_NODE_IP = "127.0.0.2"
+"""The node address of a cluster kept on this machine's loopback.  Not 127.0.0.1: Ray takes ``localhost``,
+``127.0.0.1`` and ``::1`` to mean "this machine" and swaps in its outward address (``ray start
+--node-ip-address 127.0.0.1`` listens there), which may not answer; any other 127.x address stays as given."""
+CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
+"""Where ``ray start --head`` writes the address of the cluster a bare ``ray.init()`` joins."""
 
 Result = Episode | LoggedEpisode
 
@@ -71,20 +83,71 @@ def check_spec(spec: RunSpec, roles: dict[str, str | None]) -> None:
                           "--agent-model / --user-model / --speculator-model URL (local models are not served on workers)")
 
 
+def _split(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``ray://`` and IPv6 brackets allowed) -> (host, port); ConfigError otherwise."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--ray ADDRESS must be HOST:PORT (the head node's GCS port), not {address!r}")
+    return host, int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def probe(address: str, timeout_s: float = PROBE_S) -> str:
+    """The address of this machine that reaches the cluster at ``address`` (its GCS port answered a TCP
+    connect within ``timeout_s``): the node address the driver gives Ray, so Ray tries no other one of this
+    machine's addresses.  ConfigError in seconds when nothing answers there."""
+    host, port = _split(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
+            local = str(conn.getsockname()[0])
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__  # a timeout has no strerror
+        raise ConfigError(f"cannot reach the Ray cluster at {address}: nothing answers there ({why}); start one "
+                          f"with `ray start --head --port {port}` or give its address (--ray HOST:PORT)") from None
+    # On this machine's loopback the node is at the GCS's own address (a connect from 127.0.0.1 to 127.0.0.2
+    # reports 127.0.0.1, which Ray would replace with the outward address).
+    return host if _is_loopback(host) else local
+
+
+def _default_address() -> str | None:
+    """What a bare ``--ray`` joins: ``RAY_ADDRESS``, else the cluster ``ray start --head`` last started here
+    (None: none, so the run starts its own)."""
+    named = os.environ.get("RAY_ADDRESS", "").strip()
+    if named and named not in ("auto", "local"):
+        return named
+    if named != "local" and CURRENT_CLUSTER.is_file():
+        return CURRENT_CLUSTER.read_text().strip() or None
+    return None
+
+
 def connect(address: str) -> Any:
-    """The ``ray`` module, connected to ``address`` (:data:`DEFAULT_ADDRESS`: Ray's own choice); ConfigError when
-    Ray is missing or the cluster cannot be reached."""
+    """The ``ray`` module, connected to ``address`` (:data:`DEFAULT_ADDRESS`: ``RAY_ADDRESS`` or the cluster
+    running here, else a new one on this machine's loopback); ConfigError when Ray is missing or, within
+    seconds, when nothing answers at the cluster's address."""
     try:
         import ray
     except ImportError:
         raise ConfigError("--ray needs Ray: pip install 'agentspec[ray]'") from None
-    if not ray.is_initialized():
-        try:
-            ray.init(address=None if address == DEFAULT_ADDRESS else address, log_to_driver=False,
-                     logging_level="WARNING", configure_logging=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise ConfigError(f"cannot reach the Ray cluster at {address}: {exc}; start one with `ray start --head` "
-                              "or give its address (--ray HOST:PORT)") from exc
+    if ray.is_initialized():
+        return ray
+    target = _default_address() if address == DEFAULT_ADDRESS else address
+    # Before ray.init: Ray itself waits minutes for a GCS that is not there, then tries other addresses.
+    node_ip = probe(target) if target is not None else LOOPBACK_NODE_IP
+    # A Ray Client (ray://) driver is no node of the cluster: it has no node address to give.
+    node: dict[str, Any] = {} if (target or "").startswith("ray://") else {"_node_ip_address": node_ip}
+    try:
+        ray.init(address=target, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False, **node)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"cannot reach the Ray cluster at {target or 'a new local cluster'}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; start one with "
+                          "`ray start --head` or give its address (--ray HOST:PORT)") from exc
     return ray
 
 
@@ -147,7 +210,7 @@ async def run_mode_on_ray(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Se
     resources = episode_resources(spec, bench)
     _check_feasible(ray, resources)
     log_path = Path(spec.out) / f"run-{mode.name}.log.jsonl" if spec.out else None
-    previous = _prepare_log(spec, mode, log_path)
+    previous = _prepare_log(spec, mode, log_path, playbook, jobs)
     distractors = bench.distractors() if spec.agent == "oracle" else []
     holder = [ray.put(Shared(spec, mode, bench, playbook, macros, list(distractors), _on_virtual_clock()))]
     remote = ray.remote(play_episode).options(max_retries=MAX_RETRIES, retry_exceptions=False, **resources)
@@ -174,7 +237,7 @@ async def run_mode_on_ray(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Se
             part = part_path(spec.out or "", mode.name, key)
             if part.is_file():
                 merge_part(part, log_path)
-        return episode  # type: ignore[no-any-return]
+        return episode
 
     try:
         async with anyio.create_task_group() as group:
@@ -201,15 +264,18 @@ def _on_virtual_clock() -> bool:
     return virtual_clock() is not None
 
 
-def _prepare_log(spec: RunSpec, mode: Mode, log_path: Path | None) -> dict[str, TaskLog]:
-    """The run log's tasks for a resumed run (after merging parts a stopped driver left finished); a fresh run
-    starts from an empty log and no parts."""
+def _prepare_log(spec: RunSpec, mode: Mode, log_path: Path | None, playbook: Playbook,
+                 jobs: Sequence[tuple[Any, int]]) -> dict[str, TaskLog]:
+    """The run log's tasks for a resumed run (after merging parts a stopped driver left finished), checked as a
+    local run checks them (``playbook.prior_log``: settings, and each of ``jobs`` whose data changed is refused); a
+    fresh run starts from an empty log and no parts."""
     if log_path is None:
         return {}
     if not spec.resume:
+        playbook.prior_log(spec, mode, [])  # an earlier run's log is refused unless --overwrite
         log_path.unlink(missing_ok=True)
         clear_parts(spec.out or "", mode.name)
-        RunLog(log_path).close()  # the header, as a local run writes it
+        RunLog(log_path, playbook.log_config(spec, mode)).close()  # the header, as a local run writes it
         return {}
     merge_finished(spec.out or "", mode.name, log_path)
-    return RunLog.read(log_path)
+    return playbook.prior_log(spec, mode, jobs)

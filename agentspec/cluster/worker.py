@@ -22,7 +22,7 @@ from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
 from agentspec.run_spec import RunSpec
 from agentspec.runtime.modes import Mode
-from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.runtime.runlog import RunLog, TaskLog, data_digest
 from agentspec.types import ToolCall
 
 
@@ -30,13 +30,16 @@ from agentspec.types import ToolCall
 class Playbook:
     """How the driver's run plays an episode: what it decided (solo play, each role's default model) and the
     assembly's functions that build and play one (:func:`agentspec.assembly.episode_parts` and
-    :func:`~agentspec.assembly.run_episode`).  Passed in, so this package never imports the assembly that
+    :func:`~agentspec.assembly.run_episode`) and check the run log (:func:`~agentspec.assembly.log_config`,
+    :func:`~agentspec.assembly.prior_log`).  Passed in, so this package never imports the assembly that
     dispatches to it; Ray ships the functions by reference."""
 
     solo: bool
     roles: dict[str, str | None]
     parts: Callable[..., Any]
     run: Callable[..., Awaitable[Episode]]
+    log_config: Callable[..., dict[str, Any]]
+    prior_log: Callable[..., dict[str, TaskLog]]
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ async def _play(shared: Shared, job: EpisodeJob) -> Episode | LoggedEpisode:
             episode = await playbook.run(spec, shared.mode, shared.bench, task, parts, trial=job.trial,
                                          macros=shared.macros, log=log, resumed=logged)
         if log is not None:
-            log.finish(job.key, episode.record())
+            log.finish(job.key, episode.record(), data_digest(task))
         return episode
     finally:
         if log is not None:

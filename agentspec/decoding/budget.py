@@ -40,8 +40,8 @@ from agentspec.decoding.token_tree import TokenTree
 __all__ = ["DEFAULT_COST", "AcceptanceModel", "ForwardCost", "measure_cost", "prune"]
 
 # Beta(a, b) priors by source (or its prefix before the first dot), before any count is in.
+# A ``<source>.rest`` tail (schema.choice.rest, hint.speculator.rest) takes _REST unless listed here.
 _PRIORS = {"schema": (19.0, 1.0), "schema.choice": (1.0, 2.0), "schema.copy": (2.0, 2.0), "schema.bytes": (3.0, 1.0),
-           "schema.choice.rest": (9.0, 1.0), "schema.copy.rest": (9.0, 1.0),
            "hint": (2.0, 2.0),
            "retrieval": (1.0, 3.0), "prompt_lookup": (1.0, 3.0), "recycling": (1.0, 4.0)}
 
@@ -97,6 +97,8 @@ def measure_cost(lm: Any, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), *, co
     costs = [max(costs[: i + 1]) for i in range(len(costs))]  # noise must not make a bigger forward cheaper
     costs[0] = 1.0
     return ForwardCost(tuple(sizes), tuple(round(c, 3) for c in costs))
+
+
 _REST = (9.0, 1.0)
 """The tail of a draft whose first token was right (``<source>.rest``): right as a rule."""
 

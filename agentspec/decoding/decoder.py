@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentspec.decoding.budget import DEFAULT_COST, AcceptanceModel, ForwardCost, prune
-from agentspec.decoding.drafter import DraftRequest, Drafter, DraftState, HintBox
+from agentspec.decoding.drafter import Drafter, DraftRequest, DraftState, HintBox
 from agentspec.decoding.greedy import NEAR_TIE, Choice, GreedyChooser
 from agentspec.decoding.kv_cache import Reuse, TargetSequence
 from agentspec.decoding.stats import DraftStats
@@ -272,11 +272,12 @@ class Generation:
                     path = path[: matcher.validate_tokens(path)]
                 # Each node keeps its own source (a forced chain under a choice stays "schema"): the pruner
                 # judges every node by its source's acceptance rate.
-                parent: int | None = 0
+                parent = 0
                 for node, token in zip(nodes, path):
-                    parent = tree.add(parent, token, proposal.sources[node])
-                    if parent is None:
+                    child = tree.add(parent, token, proposal.sources[node])
+                    if child is None:
                         break
+                    parent = child
             self.stats.time(f"draft.{drafter.name}", time.perf_counter() - began)
 
     def _recycle(self, token: int, logits: Any) -> None:

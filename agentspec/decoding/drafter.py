@@ -38,10 +38,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from agentspec.decoding.suffix_index import SuffixAutomaton
 from agentspec.decoding.token_tree import TokenTree
 from agentspec.models.local import LocalModel
 
-__all__ = ["DraftRequest", "DraftState", "Drafter", "Hint", "HintBox", "tokens_in_context"]
+__all__ = [
+    "DraftRequest", "DraftState", "Drafter", "Hint", "HintBox", "MAX_BOX_BYTES", "MAX_BOX_HINTS", "text_bytes",
+    "tokens_in_context",
+]
 
 
 @runtime_checkable
@@ -57,32 +61,92 @@ class Drafter(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Hint:
-    """An external prediction of the completion text (a sidecar's rendered call, a probe's tokens)."""
+    """An external prediction of the completion text (a sidecar's rendered call, a probe's tokens).
+
+    ``index`` is the text's suffix automaton (the hint drafter realigns on it once the output leaves the hint);
+    :meth:`indexed` builds it when the hint is made, in the thread that puts it, never in a decoding step.
+    """
 
     text: str
     source: str
+    index: SuffixAutomaton | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def indexed(cls, text: str, source: str) -> Hint:
+        """The hint with its suffix automaton built (linear in the text, but Python: about 1 s per 400 kB)."""
+        index = SuffixAutomaton()
+        index.add(text)
+        return cls(text, source, index)
+
+    @property
+    def nbytes(self) -> int:
+        """The text's size in UTF-8 (what the box's byte budget counts)."""
+        return text_bytes(self.text)
+
+
+def text_bytes(text: str) -> int:
+    """``text``'s size in UTF-8, as hint bounds count it."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+MAX_BOX_HINTS = 32
+"""Hints one request's box takes over its life (client hints, deliveries, probes, sidecar guesses together):
+every draft tree reads each of them, so their number bounds the drafting work of every step."""
+
+MAX_BOX_BYTES = 256 * 1024
+"""Text all hints of one request's box hold together (UTF-8 bytes)."""
 
 
 class HintBox:
     """Hints for one request, put from any thread at any time; drafters read a snapshot and never wait.
 
+    The box is bounded (``max_hints``, ``max_bytes``): a hint that would pass either is not taken
+    (:meth:`put` says so), so a client's hints cost only drafting work of bounded size.
+
     >>> box = HintBox()
     >>> box.put('{"name": "get_weather"', source="hint.client")
+    True
     >>> [hint.text for hint in box.snapshot()]
     ['{"name": "get_weather"']
     """
 
-    def __init__(self, hints: Sequence[Hint] = ()) -> None:
+    def __init__(self, hints: Sequence[Hint] = (), *, max_hints: int = MAX_BOX_HINTS,
+                 max_bytes: int = MAX_BOX_BYTES) -> None:
         self._lock = threading.Lock()
         self._hints: list[Hint] = list(hints)
+        self._bytes = sum(hint.nbytes for hint in self._hints)
+        self.max_hints = max_hints
+        self.max_bytes = max_bytes
         self.version = len(self._hints)
 
-    def put(self, text: str, source: str = "hint") -> None:
-        if not text:
-            return
+    def put(self, text: str, source: str = "hint") -> bool:
+        """Add a hint (its index is built here, in the caller's thread); whether the box took it."""
+        if not text or not self.fits(1, text_bytes(text)):
+            return False  # refused before indexing: a full box costs its callers nothing
+        return self.put_all([Hint.indexed(text, source)])
+
+    def fits(self, count: int, nbytes: int) -> bool:
+        """Whether ``count`` more hints of ``nbytes`` together are within the bounds now (check it before indexing
+        them: :meth:`put_all` checks again, as others may put in between)."""
         with self._lock:
-            self._hints.append(Hint(text, source))
-            self.version += 1
+            return len(self._hints) + count <= self.max_hints and self._bytes + nbytes <= self.max_bytes
+
+    def put_all(self, hints: Sequence[Hint]) -> bool:
+        """Add every one of ``hints``, or none when together they would pass the box's bounds."""
+        added = sum(hint.nbytes for hint in hints)
+        with self._lock:
+            if len(self._hints) + len(hints) > self.max_hints or self._bytes + added > self.max_bytes:
+                return False
+            self._hints.extend(hints)
+            self._bytes += added
+            self.version += len(hints)
+        return True
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """The hints held and their bytes."""
+        with self._lock:
+            return len(self._hints), self._bytes
 
     def snapshot(self) -> tuple[Hint, ...]:
         with self._lock:

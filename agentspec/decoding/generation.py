@@ -75,9 +75,9 @@ class RequestContext:
     stats: DraftStats | None = None
     """Set by the decoder once the request runs on it; None while it has not (or runs on the plain path)."""
 
-    def put_hint(self, text: str, source: str = "hint.spork") -> None:
-        """Add a predicted completion; the next draft tree takes it as branches."""
-        self.hints.put(text, source)
+    def put_hint(self, text: str, source: str = "hint.spork") -> bool:
+        """Add a predicted completion; the next draft tree takes it as branches.  False: the box is full."""
+        return self.hints.put(text, source)
 
     def usage(self) -> dict[str, Any] | None:
         """The decoder's per-request statistics (``usage.agentspec_decoding``), or None."""

@@ -25,6 +25,10 @@ there is drafted, so a hint with one wrong argument still drafts the
 structure and the other arguments.  Example: hint ``{"name": "f",
 "arguments": {"a": 1, "b": 2}}``, output ``{"name": "f", "arguments": {"a":
 7`` -> after the model writes ``,`` the drafter proposes `` "b": 2}}``.
+
+Cost: a hint's suffix automaton is built when the hint is put (:meth:`~agentspec.decoding.drafter.Hint.indexed`,
+in the putting thread), and the request's box holds a bounded number of bounded hints
+(:data:`~agentspec.decoding.drafter.MAX_BOX_HINTS`), so a step's drafting work is bounded whatever a client sends.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ from __future__ import annotations
 from typing import Any
 
 from agentspec.decoding.drafter import DraftState, Hint
-from agentspec.decoding.suffix_index import SuffixAutomaton
 from agentspec.decoding.token_tree import TokenTree
 
 __all__ = ["HintDrafter"]
@@ -53,7 +56,7 @@ class HintDrafter:
         if not hints:
             return tree
         text = state.text
-        memo: dict[str, Any] = state.request.memo.setdefault(self.name, {})
+        memo: dict[int, Any] = state.request.memo.setdefault(self.name, {})  # keyed by id(hint)
         for hint in hints:
             if tree.room <= 0:
                 break
@@ -62,14 +65,15 @@ class HintDrafter:
                     _add_piece(tree, tokens, hint.source)
         return tree
 
-    def _pieces(self, memo: dict[str, Any], hint: Hint, text: str) -> list[str]:
+    def _pieces(self, memo: dict[int, Any], hint: Hint, text: str) -> list[str]:
         if hint.text.startswith(text):
             rest = hint.text[len(text) : len(text) + self.max_chars]
             return [rest] if rest else []
         entry = memo.get(id(hint))
         if entry is None:
-            index = SuffixAutomaton()
-            index.add(hint.text)
+            # The box's hints come indexed (built when put, off the decoding step); a bare Hint is indexed here.
+            index = hint.index if hint.index is not None else Hint.indexed(hint.text, hint.source).index
+            assert index is not None
             entry = memo[id(hint)] = (hint, index, index.matcher())
         _, index, matcher = entry
         matcher.follow(text)
@@ -78,8 +82,9 @@ class HintDrafter:
 
 def _add_piece(tree: TokenTree, tokens: list[int], source: str) -> None:
     """Add ``tokens`` as a chain from the root: the first as ``source``, the others as ``source.rest``."""
-    node: int | None = 0
+    node = 0
     for index, token in enumerate(tokens):
-        node = tree.add(node, int(token), source if index == 0 else f"{source}.rest")
-        if node is None:
+        child = tree.add(node, int(token), source if index == 0 else f"{source}.rest")
+        if child is None:
             return
+        node = child

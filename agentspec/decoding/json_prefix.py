@@ -20,6 +20,7 @@ end comes next), ``colon`` (after a key), ``done`` (the top value is complete), 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,18 +195,18 @@ def analyze(text: str) -> JsonContext:
     if not stack:
         return JsonContext("done" if started else "value", call_name=name)
     frame = stack[-1]
-    common = {"seen": frozenset(frame.keys) if frame.kind == "object" else frozenset(),
-              "container": frame.kind, "call_name": name}
+    common = functools.partial(JsonContext, seen=frozenset(frame.keys) if frame.kind == "object" else frozenset(),
+                               container=frame.kind, call_name=name)
     if in_string:
         if string_is_key:
-            return JsonContext("in_key", path(), "".join(buf), **common)
-        return JsonContext("in_string", path(), "".join(buf), **common)
+            return common("in_key", path(), "".join(buf))
+        return common("in_string", path(), "".join(buf))
     if scalar:
-        return JsonContext("in_scalar", path(), "".join(scalar), **common)
+        return common("in_scalar", path(), "".join(scalar))
     if frame.kind == "object":
         kind = {"key": "key", "colon": "colon", "value": "value", "after": "after_value"}[frame.state]
-        return JsonContext(kind, path(), **common)
-    return JsonContext("value" if frame.state == "value" else "after_value", path(), **common)
+        return common(kind, path())
+    return common("value" if frame.state == "value" else "after_value", path())
 
 
 def _start_value(ch: str, stack: list[_Frame]) -> bool:

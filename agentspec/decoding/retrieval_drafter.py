@@ -120,7 +120,7 @@ class RetrievalDrafter:
     def propose(self, state: DraftState, budget: int) -> TokenTree:
         tree = TokenTree(root=state.output[-1], budget=budget)
         text = state.text
-        memo: dict[str, Any] = state.request.memo.setdefault(self.name, {})
+        memo: dict[str | int, Any] = state.request.memo.setdefault(self.name, {})  # "prompt", id(index)
         sources: list[tuple[str, SuffixAutomaton]] = []
         if self.history is not None:
             index = self.history.index(_call_name(text))
@@ -143,7 +143,7 @@ class RetrievalDrafter:
         return tree
 
 
-def _follow(memo: dict[str, Any], index: SuffixAutomaton, text: str) -> Matcher:
+def _follow(memo: dict[str | int, Any], index: SuffixAutomaton, text: str) -> Matcher:
     """The matcher of ``index`` over ``text``, advanced incrementally across calls of one request."""
     key = id(index)
     entry = memo.get(key)

@@ -92,9 +92,10 @@ class SchemaDrafter:
         lm = state.lm
         forced = list(matcher.compute_ff_tokens())
         if forced and matcher.consume_tokens(forced):
-            node = self._chain(tree, node, forced, self.name)
-            if node is None:
+            chained = self._chain(tree, node, forced, self.name)
+            if chained is None:
                 return
+            node = chained
             output = output + forced
             in_call, call_text = _grow(in_call, call_text, _text(lm, forced))
         if matcher.is_stopped() or tree.room <= 0:

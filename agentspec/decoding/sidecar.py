@@ -154,7 +154,7 @@ class Sidecar:
                 schema = next((t.get("parameters") or {} for t in request.tools if t["name"] == prediction["name"]),
                               {})
                 required = set(schema.get("required") or [])
-                props = list((schema.get("properties") or {}))
+                props = list(schema.get("properties") or {})
                 ordered = {k: prediction["arguments"][k] for k in props if k in prediction["arguments"]}
                 minimal = {k: v for k, v in ordered.items() if k in required}
                 request.hints.put(render_call(prediction["name"], minimal), source="hint.sidecar")
@@ -195,11 +195,12 @@ class Sidecar:
         matcher = llguidance.LLMatcher(self.lm.ll_tokenizer, grammar)
         chooser = GreedyChooser(self.lm.stop_token_ids, matcher=matcher, vocab_size=self.lm.vocab_size)
         branch = _Branch(tool, slot, chooser, done=matcher.is_error())
-        node: int | None = 0
+        node = 0
         for token in self.lm.encode(cue):
-            node = tree.add(node, token, "sidecar")  # cues share their common prefix nodes
-            assert node is not None  # the sidecar's tree has no budget limit
-        branch.node = node or 0
+            child = tree.add(node, token, "sidecar")  # cues share their common prefix nodes
+            assert child is not None  # the sidecar's tree has no budget limit
+            node = child
+        branch.node = node
         return branch
 
     def _step(self, tree: TokenTree, branch: _Branch, logits: Any) -> None:

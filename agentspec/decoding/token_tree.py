@@ -95,12 +95,13 @@ class TokenTree:
     def add_path(self, tokens: Iterable[int], source: str, parent: int = 0) -> int:
         """Add ``tokens`` as a chain under ``parent``; return how many new nodes it took (stops at the budget)."""
         added = 0
-        node: int | None = parent
+        node = parent
         for token in tokens:
             before = len(self.tokens)
-            node = self.add(node, int(token), source)
-            if node is None:
+            child = self.add(node, int(token), source)
+            if child is None:
                 break
+            node = child
             added += len(self.tokens) - before
         return added
 

@@ -7,7 +7,8 @@ Trajectories are the split's gold calls (replayed for their observations;
 ``--no-gold`` leaves them out) and the successful episodes of ``--runs``
 folders, restricted to the split's tasks so mining never sees a test task.
 The speculator is ``noisy-oracle:P`` (each trajectory's own calls stand in
-for the gold) or any model endpoint (``URL``, ``URL#MODEL``, or a name with
+for the gold), a learned speculator (``learned:FILE`` of ``agentspec speculator fit``) or any model
+endpoint (``URL``, ``URL#MODEL``, or a name with
 ``--speculator-base-url``), which sees the solo agent prompt and tools.  The
 last stdout line is one JSON object; ``funnel`` holds the counts (labels,
 candidates, support >= n_min, lcb >= tau, kept).
@@ -29,23 +30,32 @@ from typing import Any
 
 import anyio
 
-from agentspec.user_files import out_dir
 from agentspec.assembly import model_policy
 from agentspec.bench.registry import open_bench
 from agentspec.bench.roles import open_clients, plan_roles
-from agentspec.runtime.modes import noisy_oracle_p
-from agentspec.run_spec import RunSpec
 from agentspec.cli.flags import bench_options
 from agentspec.cli.mine import DEFAULT_TEMPERATURE
 from agentspec.errors import ConfigError
 from agentspec.macros import MacroLibrary
 from agentspec.mining.candidates import enumerate_candidates, graph_statistics, transition_graph
 from agentspec.mining.filter import FilterConfig, select
-from agentspec.mining.labelling import ReplaySandboxes, SpeculatorFactory, label_candidates, sample_continuations, training_states
+from agentspec.mining.labelling import (
+    ReplaySandboxes,
+    SpeculatorFactory,
+    label_candidates,
+    sample_continuations,
+    training_states,
+)
 from agentspec.mining.normalize import Normalizer, patterns_from_table
 from agentspec.mining.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_results
+from agentspec.run_spec import RunSpec, learned_speculator
+from agentspec.runtime.modes import noisy_oracle_p
 from agentspec.runtime.policies import NoisyOracleSpeculator, Policy
+from agentspec.speculator.artifact import load as load_speculator
+from agentspec.speculator.policy import LearnedSpeculator
+from agentspec.speculator.trajectories import task_text
 from agentspec.types import canonical_json
+from agentspec.user_files import out_dir
 
 
 def _check(args: argparse.Namespace) -> FilterConfig:
@@ -95,7 +105,14 @@ async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedT
                  depth: int, noisy_p: float | None) -> dict[tuple[int, int], list[Any]]:
     async with AsyncExitStack() as stack:
         sandboxes = await stack.enter_async_context(ReplaySandboxes(lambda t: bench.open_backend(bench.task(t.task_id), solo=True)))
-        if noisy_p is not None:
+        learned = learned_speculator(args.speculator_model)
+        if learned:
+            model = load_speculator(learned).model
+
+            def speculator(trajectory: MinedTrajectory, sample: int) -> Policy:
+                # Deterministic: every sample is the same guess chain (history rules: no look-ahead while labelling).
+                return LearnedSpeculator(model, task_text(bench, bench.task(trajectory.task_id)))
+        elif noisy_p is not None:
             distractors = bench.distractors()
 
             def speculator(trajectory: MinedTrajectory, sample: int) -> Policy:
@@ -155,7 +172,7 @@ def mine_command(args: argparse.Namespace) -> dict[str, Any]:
     labels = label_candidates(candidates, trajectories, continuations)
     macros, funnel = select(candidates, labels, config)
 
-    temperature = None if noisy_p is not None else (DEFAULT_TEMPERATURE if args.temperature is None else args.temperature)
+    temperature = None if noisy_p is not None or learned_speculator(args.speculator_model) else (DEFAULT_TEMPERATURE if args.temperature is None else args.temperature)
     library = MacroLibrary(
         bench=args.bench,
         provenance={

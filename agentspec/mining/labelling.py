@@ -120,7 +120,7 @@ class ReplaySandboxes:
 
     async def _open(self, trajectory: MinedTrajectory) -> SnapshotBackend:
         made = self.make_backend(trajectory)
-        if hasattr(made, "__aenter__"):
+        if isinstance(made, AbstractAsyncContextManager):
             return await self._backends.enter_async_context(made)
         backend: SnapshotBackend = made  # a bare backend (the protocol asks for no context manager): close it at the end
         if hasattr(backend, "close"):

@@ -1,149 +1,17 @@
-"""Successful trajectories to mine: from ``results.json`` files and from a split's gold calls.
-
-A mined trajectory is the agent's tool calls in order, each with the
-observation it got (``None`` when unknown).  Two sources::
-
-    >>> read_results("runs/oracle-base")        # doctest: +SKIP
-    [MinedTrajectory(task_id='[mms_issue]...', source='runs/oracle-base/results.json', steps=(...))]
-    >>> gold_trajectories(bench, "train")        # doctest: +SKIP
-
-``read_results`` takes both layouts ``agentspec run`` writes: a plain run's
-``{"summary", "episodes": [record, ...]}`` and a speculative run's
-``{"summary", "episodes": {mode: [record, ...]}}``.  Only episodes with
-``reward >= min_reward`` and no recorded error are kept, and only the
-*agent's* calls (a user simulator's calls are not decisions a speculator
-makes).  ``gold_trajectories`` replays each task's gold calls in a fresh
-environment so every step carries its real observation (data flow from an
-observation into a later argument is part of what a macro records).
-"""
+"""Successful trajectories to mine: they live in :mod:`agentspec.trajectories` (below mining and the learned
+speculator, which both read them); re-exported here for the mining modules and their users."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from agentspec.trajectories import (
+                                    GoldBench,
+                                    MinedTrajectory,
+                                    Step,
+                                    deduplicate,
+                                    gold_trajectories,
+                                    read_results,
+                                    trajectory_from_messages,
+)
 
-from pydantic import ValidationError
-
-from agentspec.errors import ConfigError
-from agentspec.bench.protocol import solo_calls
-from agentspec.snapshot import SnapshotBackend
-from agentspec.types import Message, Observation, Requestor, ToolCall
-
-Step = tuple[ToolCall, Observation | None]
-
-
-@dataclass(frozen=True)
-class MinedTrajectory:
-    """One successful episode: the agent's calls in order, with their observations."""
-
-    task_id: str
-    source: str
-    steps: tuple[Step, ...]
-
-    @property
-    def calls(self) -> list[ToolCall]:
-        return [call for call, _ in self.steps]
-
-    def signature(self) -> tuple[str, ...]:
-        """Task id and canonical calls: equal for two replays of the same episode."""
-        return (self.task_id, *(call.canonical() for call in self.calls))
-
-
-class GoldBench(Protocol):
-    """What :func:`gold_trajectories` needs from a bench (every :class:`agentspec.Bench` has it)."""
-
-    def tasks(self, split: str, task_ids: list[str] | None = ..., limit: int | None = ...) -> list[Any]: ...
-
-    def gold_actions(self, task: Any) -> list[tuple[Requestor, ToolCall]]: ...
-
-    def open_backend(self, task: Any, *, solo: bool) -> AbstractAsyncContextManager[SnapshotBackend]: ...
-
-
-def trajectory_from_messages(task_id: str, messages: Sequence[Message], source: str) -> MinedTrajectory:
-    """The agent's tool calls of a conversation, each paired with the tool message answering it."""
-    answers = {m.tool_call_id: m for m in messages if m.role == "tool" and m.tool_call_id is not None}
-    steps: list[Step] = []
-    for message in messages:
-        if message.role != "assistant":
-            continue
-        for call in message.tool_calls:
-            answer = answers.get(call.id)
-            observation = None
-            if answer is not None:
-                observation = Observation(call_id=call.id, name=call.name, content=answer.content or "", error=answer.error)
-            steps.append((call, observation))
-    return MinedTrajectory(task_id, source, tuple(steps))
-
-
-def _records(data: Any, path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
-    episodes = data.get("episodes") if isinstance(data, dict) else None
-    if isinstance(episodes, list):
-        yield from ((str(path), record) for record in episodes)
-    elif isinstance(episodes, dict):
-        for mode, records in sorted(episodes.items()):
-            if not isinstance(records, list):
-                raise ConfigError(f"{path}: episodes[{mode!r}] is not a list of episode records")
-            yield from ((f"{path}#{mode}", record) for record in records)
-    else:
-        raise ConfigError(f"{path} is not an agentspec results file: no 'episodes' list or mode table")
-
-
-def read_results(path: str | Path, *, min_reward: float = 1.0) -> list[MinedTrajectory]:
-    """Successful trajectories of one run: ``path`` is a run folder or its ``results.json``."""
-    file = Path(path)
-    if file.is_dir():
-        file = file / "results.json"
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read run results {file}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{file} is not valid JSON: {exc}") from exc
-    out = []
-    for source, record in _records(data, file):
-        if not isinstance(record, dict) or "task_id" not in record:
-            raise ConfigError(f"{source}: an episode record without a task_id")
-        reward = record.get("reward")
-        if record.get("error") or not isinstance(reward, (int, float)) or reward < min_reward:
-            continue
-        try:
-            messages = [Message.model_validate(m) for m in record.get("messages") or []]
-        except ValidationError as exc:
-            raise ConfigError(f"{source}: task {record['task_id']}: malformed message: {exc.errors()[0]['msg']}") from exc
-        trajectory = trajectory_from_messages(str(record["task_id"]), messages, source)
-        if trajectory.steps:
-            out.append(trajectory)
-    return out
-
-
-async def gold_trajectories(bench: GoldBench, split: str, source: str | None = None) -> list[MinedTrajectory]:
-    """Each task's gold calls of ``split``, made by a solo agent in a fresh environment for their observations
-    (the bench's own backend: in-process, overlay, Docker...)."""
-    out = []
-    for task in bench.tasks(split):
-        calls = solo_calls(bench.gold_actions(task))
-        if not calls:
-            continue
-        async with bench.open_backend(task, solo=True) as backend:
-            observations = [await backend.execute(call) for call in calls]
-        out.append(MinedTrajectory(task.id, source or f"gold:{split}", tuple(zip(calls, observations, strict=True))))
-    return out
-
-
-def deduplicate(trajectories: Iterable[MinedTrajectory]) -> list[MinedTrajectory]:
-    """Drop repeats of the same task's same calls (a plain and a speculative run of one oracle episode).
-
-    A replayed episode adds no evidence about how the agent works, only
-    weight, so it is counted once.
-    """
-    seen: set[tuple[str, ...]] = set()
-    out = []
-    for trajectory in trajectories:
-        if trajectory.signature() not in seen:
-            seen.add(trajectory.signature())
-            out.append(trajectory)
-    return out
+__all__ = ["GoldBench", "MinedTrajectory", "Step", "deduplicate", "gold_trajectories", "read_results",
+           "trajectory_from_messages"]

@@ -25,11 +25,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import anyio
-import httpx
-import openai
 
 from agentspec.errors import (
     ConfigError,
@@ -44,6 +42,9 @@ from agentspec.models.config import ModelConfig
 from agentspec.models.parsing import StreamAssembler, parse_completion, to_openai_messages
 from agentspec.models.result import ChatResult, StreamEvent, TextDelta, ToolCallDelta
 from agentspec.types import Message, ToolSpec
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = ["ChatStream", "ModelClient"]
 
@@ -68,6 +69,10 @@ class ModelClient:
         """``tape``: record every completion to it, or (a replaying tape) answer from it without any request."""
         self.config = config
         self.tape = tape
+        # The SDK (and httpx under it) take about half a second to import: paid by a process that opens a client,
+        # not by every one that only names ModelClient (the bench protocol, the policies, ``import agentspec``).
+        import openai
+
         self._sdk = openai.AsyncOpenAI(
             base_url=config.base_url, api_key=config.api_key, max_retries=0, timeout=config.timeout_s
         )
@@ -160,6 +165,9 @@ class ModelClient:
         if self._hints_refused or (self.tape is not None and self.tape.replaying):
             return False
         body = {"request_id": request_id, "predicted_calls": calls}
+        import httpx  # already loaded with the SDK (see __init__)
+        import openai
+
         try:
             with anyio.fail_after(min(self.config.timeout_s, HINT_TIMEOUT_S)):
                 answer = await self._sdk.post("/agentspec/hints", body=body, cast_to=httpx.Response)
@@ -371,6 +379,9 @@ def _translated() -> Iterator[None]:
     openai releases on ``httpx`` (1.x) let its transport errors escape while a
     stream is read; later ones raise ``APITimeoutError``/``APIConnectionError``.
     """
+    import httpx  # already loaded with the SDK (see ModelClient.__init__)
+    import openai
+
     try:
         yield
     except ModelError:
@@ -392,7 +403,9 @@ def _translated() -> Iterator[None]:
 def _status_error(exc: openai.APIStatusError) -> ModelError:
     status = exc.status_code
     detail = f"HTTP {status} from {exc.request.url}: {exc.message}"
-    if status == 429 or status >= 500:
+    # 409 request_id_in_use: this request's earlier attempt (timed out here) still holds its id on the server
+    # until the server notices the disconnect, so it is worth another try, like a busy server (429).
+    if status == 429 or status >= 500 or status == 409 and getattr(exc, "code", None) == "request_id_in_use":
         return ModelUnavailable(detail)
     if status == 404:
         detail += " (does the base URL end in /v1, and is the model name right?)"

@@ -245,8 +245,10 @@ def _usage(usage: Any) -> Usage | None:
     if not isinstance(usage, dict):
         return None
     details = usage.get("prompt_tokens_details") or {}
-    decoding = usage.get("agentspec_decoding") if isinstance(usage.get("agentspec_decoding"), dict) else {}
-    accepted = decoding.get("accepted_by_source") if isinstance(decoding.get("accepted_by_source"), dict) else None
+    given = usage.get("agentspec_decoding")
+    decoding = given if isinstance(given, dict) else {}
+    by_source = decoding.get("accepted_by_source")
+    accepted = by_source if isinstance(by_source, dict) else None
     return Usage(
         prompt_tokens=usage.get("prompt_tokens") or 0,
         completion_tokens=usage.get("completion_tokens") or 0,

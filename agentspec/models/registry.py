@@ -17,6 +17,7 @@ folder, a ``.gguf`` file, or a hub id) into a :class:`ModelSource` that
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib
 import importlib.metadata
@@ -257,11 +258,11 @@ def _looks_like_hub_id(spec: str) -> bool:
     return bool(slash and owner and name and "/" not in name and not spec.startswith((".", os.sep, "~")))
 
 
-def models_command(args: object) -> dict[str, object]:
+def models_command(args: argparse.Namespace) -> dict[str, object]:
     """``agentspec models list`` / ``agentspec models pull NAME``."""
-    if getattr(args, "models_command") == "list":
+    if args.models_command == "list":
         return {"models": list_models()}
-    name = str(getattr(args, "name"))
+    name = str(args.name)
     folder = pull(name, force=bool(getattr(args, "force", False)))
     spec = MODELS[name]
     return {"model": name, "path": str(folder), "sha256": spec.sha256, "verified": True}

@@ -15,11 +15,11 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from agentspec.user_files import out_dir
 from agentspec.errors import ConfigError
 from agentspec.report import tables
 from agentspec.report.figures import box_figure, cdf_figure, speedup_figure, timeline_end, timeline_layout
 from agentspec.report.load import Run, load_runs
+from agentspec.user_files import out_dir
 
 
 def _series(runs: list[Run]) -> dict[str, list[float]]:

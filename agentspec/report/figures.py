@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentspec.runtime.metrics import percentile
@@ -41,7 +41,7 @@ STYLE = {"svg.fonttype": "none", "svg.hashsalt": "agentspec-report", "font.size"
 """Chart style: text stays text (smaller, searchable), ids are stable across runs; set per figure, never globally."""
 
 
-def cdf_figure(times: dict[str, Sequence[float]]) -> str:
+def cdf_figure(times: Mapping[str, Sequence[float]]) -> str:
     """Empirical CDF of task time per series, with each series' P95 marked."""
     plt = require_pyplot()
     with plt.rc_context(STYLE):
@@ -61,7 +61,7 @@ def cdf_figure(times: dict[str, Sequence[float]]) -> str:
         return _svg(fig)
 
 
-def box_figure(times: dict[str, Sequence[float]]) -> str:
+def box_figure(times: Mapping[str, Sequence[float]]) -> str:
     """Box plot of task time per series (whiskers 5-95%)."""
     plt = require_pyplot()
     names = [n for n, v in times.items() if v]
@@ -75,7 +75,7 @@ def box_figure(times: dict[str, Sequence[float]]) -> str:
         return _svg(fig)
 
 
-def speedup_figure(ratios: dict[str, Sequence[float]]) -> str:
+def speedup_figure(ratios: Mapping[str, Sequence[float]]) -> str:
     """Per-task speed-up over sequential, sorted, one line per series (1.0 = as fast as sequential)."""
     plt = require_pyplot()
     with plt.rc_context(STYLE):

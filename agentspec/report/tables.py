@@ -200,7 +200,7 @@ def trajectory(record: dict[str, Any]) -> list[dict[str, Any]]:
     """The committed steps of an episode: index, source, call text, observation (from the messages and sources)."""
     sources = list((record.get("execution") or {}).get("sources") or [])
     results = {m.get("tool_call_id"): m for m in record.get("messages") or [] if m.get("role") == "tool"}
-    steps = []
+    steps: list[dict[str, Any]] = []
     for message in record.get("messages") or []:
         for call in message.get("tool_calls") or []:
             result = results.get(call.get("id"), {})

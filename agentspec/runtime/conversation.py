@@ -22,7 +22,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agentspec.types import Effect, InvalidToolCall, Message, Observation, Step, TerminationReason, ToolCall, ToolSpec, Trajectory
+from agentspec.types import (
+    Effect,
+    InvalidToolCall,
+    Message,
+    Observation,
+    Step,
+    TerminationReason,
+    ToolCall,
+    ToolSpec,
+    Trajectory,
+)
 
 SAY = "send_message_to_user"
 """The name of the call that is a message from the agent to the user."""

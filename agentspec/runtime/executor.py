@@ -11,7 +11,10 @@ The executor owns the committed history H and the live environment (a
 and for each authority call ``a``:
 
 * ``sa`` / ``smc``: if ``a == q1`` (canonical equality), q1's fork is
-  committed with its observation: the tool does not run again.  A read-only
+  committed with its observation: the tool does not run again.  With ``spec_width`` K > 1 the speculator's next
+  K-1 ranked guesses for each position (``Decision.alternatives``) run too, each in its own fork of the same
+  parent state, and ``a`` equal to one of q1's commits that fork instead (the drafts after q1 continued q1's fork:
+  they are dropped).  A read-only
   ``a`` may also be answered from any matching finished draft whose fork still
   equals live state.  Otherwise the chain is cancelled (model requests and tool
   work are stopped for real, forks discarded) and ``a`` runs on live.
@@ -34,7 +37,7 @@ run log, which makes commits exactly-once across a resume.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,15 +47,16 @@ from agentspec.errors import AgentSpecError, ConfigError, SnapshotError
 from agentspec.macros import MacroLibrary
 from agentspec.runtime.conversation import SAY, User, conversation, say, turn_observation
 from agentspec.runtime.draft import Draft, Source
+from agentspec.runtime.governor import Governor, propose
 from agentspec.runtime.latency import LatencyModel, estimate_tokens
 from agentspec.runtime.macro_commit import try_macro
-from agentspec.runtime.modes import BASE_MODES, BaseMode
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
+from agentspec.runtime.modes import BASE_MODES, BaseMode
 from agentspec.runtime.policies import Decision, DraftedHistory, History, Policy, PredictedHistory, TakesHints
 from agentspec.runtime.probe import Prober
 from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
 from agentspec.runtime.spork import Spork, SporkConfig
-from agentspec.snapshot import Checkpointable, SnapshotBackend
+from agentspec.snapshot import Checkpointable, Sandbox, SnapshotBackend
 from agentspec.types import Effect, Observation, Step, TerminationReason, ToolCall
 
 CommittedStep = Step  # the executor commits agentspec Steps
@@ -88,12 +92,14 @@ class ExecutorConfig:
     verify_macros: bool = False
     """After a macro commit, ask the authority what it would have done at each skipped step and
     update the macro's n, k (online reliability; a macro whose bound falls below tau stops firing)."""
+    spec_width: int = 1
+    """Guesses run per chain position: the speculator's call and its first ``spec_width - 1`` alternatives."""
 
     def __post_init__(self) -> None:
         if self.mode not in BASE_MODES:
             raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(BASE_MODES)}")
-        if self.depth < 1 or self.l_min < 1:
-            raise ConfigError("depth and l_min must be >= 1")
+        if self.depth < 1 or self.l_min < 1 or self.spec_width < 1:
+            raise ConfigError("depth, l_min and spec_width must be >= 1")
 
 
 def _the_agentspec_error(group: BaseExceptionGroup) -> BaseException:
@@ -139,12 +145,21 @@ class ExecutionLoop:
         prober: Prober | None = None,
         spork: SporkConfig | None = None,
         user: User | None = None,
+        governor: Governor | None = None,
     ) -> None:
         self.config = config or ExecutorConfig()
         if self.config.mode != "sequential" and speculator is None:
             raise ConfigError(f"mode {self.config.mode} needs a speculator")
         self.backend, self.authority, self.speculator = backend, authority, speculator
         self.user = user
+        self.governor = governor
+        """Told how long each authority decision took and what each committed draft saved (it may pause a
+        speculator: see :mod:`agentspec.runtime.governor`); None: no governor."""
+        self._hold: anyio.Event | None = None
+        """Unset while the governor wants this authority decision without speculation (a baseline sample)."""
+        self._decided_at = 0.0
+        self._asking: anyio.Event | None = None
+        """Unset while the speculator answers a request."""
         self._user_ended: TerminationReason | None = None
         self.macros, self.latency, self.log, self.task_id = macros, latency, log, task_id
         self.steps: list[Step] = []
@@ -261,11 +276,19 @@ class ExecutionLoop:
     async def _ask_authority(self) -> Decision:
         if self.config.mode != "sequential":
             waited = anyio.current_time()
+            wait_mark = self.governor.mark() if self.governor is not None else None
             if self.config.speculate_first:
                 await self._chain_settled()
             elif self.config.draft_first:
                 await self._head_predicted()
             self.metrics.draft_wait_s += anyio.current_time() - waited
+            if self.governor is not None and wait_mark is not None:
+                self.governor.observe_wait(wait_mark)
+        if self.governor is not None and self.config.mode != "sequential" and self.governor.hold():
+            self._hold = anyio.Event()  # no new speculator request until this decision is made...
+            if self._asking is not None:
+                await self._asking.wait()  # ...and none in flight when it starts: a baseline sample
+        mark = self.governor.mark() if self.governor is not None else None
         started = anyio.current_time()
         head = self.chain_head()
         # The speculator's next call rides along as a draft hint for the authority's decoder (never a decision).
@@ -278,7 +301,12 @@ class ExecutionLoop:
         finally:
             if self._turn is not None:
                 self._turn.set()  # draft-first: the speculator's turn again
-        ended = anyio.current_time()
+            if self._hold is not None:
+                self._hold.set()
+                self._hold = None
+        if self.governor is not None and mark is not None:
+            self.governor.observe_decision(mark)
+        ended = self._decided_at = anyio.current_time()
         self.metrics.authority_calls += 1
         if decision.forwards is not None:
             self.metrics.authority_reported_calls += 1
@@ -314,13 +342,15 @@ class ExecutionLoop:
             observation = Observation(call_id=bad.id, name=bad.name, content=content, error=True)
             self._finish_commit([(call, observation, self._intents([call], "invalid")[0])], "invalid")
             return
+        assert decision.call is not None
         call = decision.call
-        assert call is not None
         if self.spork is not None and await self.spork.settle(call):
             await self._reset_chain(count_waste=True)  # drafts forked before this commit are stale
             return
         if self.config.mode != "sequential":
             if await self._confirm_first_draft(call):
+                return
+            if await self._confirm_alternative(call):
                 return
             if self._reuse_read_only(call):
                 return
@@ -338,8 +368,41 @@ class ExecutionLoop:
             return False
         await self.commit([first], "sa", call)
         self.metrics.commits_sa += 1
+        self.metrics.hit_at_rank(0)
         if self.config.mode == "smc" and self.macros is not None:
             await try_macro(self, self.macros, l_min=self.config.l_min, verify=self.config.verify_macros)
+        return True
+
+    async def _confirm_alternative(self, call: ToolCall) -> bool:
+        """Commit the fork of the head position's alternative guess equal to ``call`` (``spec_width`` > 1).
+
+        The drafts after the head continued the head's fork, not the alternative's: they are dropped, and
+        speculation restarts from the state after the commit."""
+        head = self.chain_head()
+        if head is None:
+            return False
+        ranked = [(rank, alt) for rank, alt in enumerate(head.alternatives, 1) if alt.call == call]
+        if not ranked:
+            return False
+        rank, alternative = ranked[0]
+        if not alternative.done.is_set():
+            started = anyio.current_time()
+            await alternative.done.wait()  # already running in its fork: wait, don't rerun
+            self.metrics.tool_wait_s += anyio.current_time() - started
+        sandbox = alternative.sandbox
+        if sandbox is None or alternative.observation is None or self.backend.live_token not in sandbox.lineage:
+            return False
+        head.alternatives.remove(alternative)
+        gate = self._live_gate = anyio.Event()  # the speculator restarts from the state after this commit
+        try:
+            await self._reset_chain(count_waste=True)
+            self._chain = [alternative]
+            await self.commit([alternative], "sa", call)
+        finally:
+            self._live_gate = None
+            gate.set()
+        self.metrics.commits_sa += 1
+        self.metrics.hit_at_rank(rank)
         return True
 
     def _reuse_read_only(self, call: ToolCall) -> bool:
@@ -354,6 +417,7 @@ class ExecutionLoop:
                 (eid,) = self._intents([call], "reuse")
                 self._finish_commit([(call, draft.observation.model_copy(update={"call_id": call.id}), eid)], "reuse")
                 self.metrics.reused_read_only += 1
+                self._saved(draft, skipped=False)
                 return True
             if draft.effect is not Effect.READ_ONLY:
                 return False  # later drafts saw state this one changed
@@ -422,9 +486,24 @@ class ExecutionLoop:
             entries.append((call, draft.observation.model_copy(update={"call_id": call.id}), eid))
         self._finish_commit(entries, source, macro_id)
         self._wake.set()
+        for draft in drafts:
+            self._saved(draft, skipped=source == "macro")  # a macro's drafts each spare an authority decision
+        with anyio.CancelScope(shield=True):
+            for draft in drafts:
+                await self._drop_alternatives(draft)  # their position is decided
         for draft in drafts[:-1]:
             if draft.sandbox is not None:
                 await self.backend.discard(draft.sandbox)
+
+    def _saved(self, draft: Draft, *, skipped: bool) -> None:
+        """Tell the governor what a committed draft of a named speculator spared the authority: the tool time it
+        ran before the authority's decision came (and, committed by a macro, the decision itself)."""
+        if self.governor is None or draft.speculator is None or draft.started is None or draft.finished is None:
+            return
+        until = draft.finished if skipped else min(draft.finished, self._decided_at)
+        self.governor.observe_saving(draft.speculator, until - draft.started)
+        if skipped:
+            self.governor.observe_skipped(draft.speculator, 1)
 
     def _finish_commit(self, entries: list[tuple[ToolCall, Observation, str]], source: Source, macro_id: str | None = None) -> None:
         first = len(self.steps)
@@ -496,9 +575,20 @@ class ExecutionLoop:
             await self._turn.wait()  # draft-first: the authority is deciding on the last guess
             if epoch != self._epoch:
                 return
-        history = DraftedHistory(self._history(), [(d.call, d.observation) for d in self._chain])
+        if self._hold is not None:
+            await self._hold.wait()  # the governor times this authority decision without speculation
+            if epoch != self._epoch:
+                return
+        history = DraftedHistory(self._history(), [(d.call, d.observation) for d in self._chain],
+                                 self._chain[-1].sandbox if self._chain else None)
         started = anyio.current_time()
-        decision = await self.speculator.decide(history)
+        asking = self._asking = anyio.Event()
+        try:
+            proposal = await propose(self.speculator, history)
+        finally:
+            asking.set()
+            self._asking = None
+        decision = proposal.decision
         self.metrics.speculator_calls += 1
         self.metrics.speculator_busy_s += anyio.current_time() - started
         self.timeline.add("speculator", started - self._t0, anyio.current_time() - self._t0, decision.call.name if decision.call else "done")
@@ -508,7 +598,8 @@ class ExecutionLoop:
             self._chain_end = True
             self._authority_turn()
             return
-        draft = Draft(decision.call, self.effect(decision.call.name), tokens=decision.output_tokens or estimate_tokens(decision.call.canonical()))
+        draft = Draft(decision.call, self.effect(decision.call.name), speculator=proposal.name,
+                      tokens=decision.output_tokens or estimate_tokens(decision.call.canonical()))
         self._chain.append(draft)
         self._drafted.set()  # the call is known: a draft-first authority may start before its tool is done
         self._authority_turn()
@@ -519,16 +610,21 @@ class ExecutionLoop:
             draft.done.set()
             return
         parent = self._chain[-2].sandbox if len(self._chain) > 1 else None
+        self._start_alternatives(draft, decision.alternatives, parent)
         try:
             snapshot = await self.backend.snapshot(parent)
             draft.sandbox = await self.backend.fork(snapshot)
             self.metrics.speculative_tool_calls += 1
+            draft.started = anyio.current_time()
             draft.observation = await self.run_tool(draft.sandbox.execute, draft.call, "speculator-tool")
+            draft.finished = anyio.current_time()
         except SnapshotError:
             # The parent fork went away (committed or discarded meanwhile): drop this draft and retry
             # from the new state, unless the backend keeps failing.
             if draft in self._chain:
                 self._chain.remove(draft)
+            with anyio.CancelScope(shield=True):
+                await self._drop_alternatives(draft)
             self._snapshot_failures += 1
             self.metrics.snapshot_failures += 1
             self._chain_end = self._snapshot_failures >= 3
@@ -536,6 +632,53 @@ class ExecutionLoop:
             self._snapshot_failures = 0
         finally:
             draft.done.set()
+
+    def _start_alternatives(self, draft: Draft, guesses: Sequence[ToolCall], parent: Sandbox | None) -> None:
+        """Run the speculator's next ``spec_width - 1`` guesses for ``draft``'s position, each in its own fork of
+        ``parent`` (None: live state), beside the draft.  External ones never run (nor count)."""
+        if self.config.spec_width < 2 or self._group is None:
+            return
+        seen = [draft.call]
+        for call in guesses:
+            if len(draft.alternatives) >= self.config.spec_width - 1:
+                break
+            if call in seen or self.effect(call.name) is Effect.EXTERNAL:
+                continue
+            seen.append(call)
+            alternative = Draft(call, self.effect(call.name), speculator=draft.speculator,
+                                tokens=estimate_tokens(call.canonical()), scope=anyio.CancelScope())
+            draft.alternatives.append(alternative)
+            self._group.start_soon(self._run_alternative, alternative, parent)
+
+    async def _run_alternative(self, alternative: Draft, parent: Sandbox | None) -> None:
+        assert alternative.scope is not None
+        with alternative.scope:
+            try:
+                snapshot = await self.backend.snapshot(parent)
+                alternative.sandbox = await self.backend.fork(snapshot)
+                self.metrics.speculative_tool_calls += 1
+                self.metrics.alternative_tool_calls += 1
+                alternative.started = anyio.current_time()
+                alternative.observation = await self.run_tool(alternative.sandbox.execute, alternative.call,
+                                                              "speculator-tool")
+                alternative.finished = anyio.current_time()
+            except SnapshotError:
+                pass  # the parent fork went away: this guess can no longer be committed
+            finally:
+                alternative.done.set()
+
+    async def _drop_alternatives(self, draft: Draft) -> None:
+        """Stop and discard ``draft``'s alternatives, counted as waste (call shielded)."""
+        alternatives, draft.alternatives = draft.alternatives, []
+        for alternative in alternatives:
+            if alternative.scope is not None:
+                alternative.scope.cancel()
+            await alternative.done.wait()
+            self.metrics.drafts_discarded += 1
+            self.metrics.wasted_tokens += alternative.tokens
+            self.metrics.wasted_tool_calls += int(alternative.sandbox is not None)
+            if alternative.sandbox is not None:
+                await self.backend.discard(alternative.sandbox)
 
     def _hint_late(self, call: ToolCall, steps: int) -> None:
         """Hand the next call the speculator predicts to the authority's decision of it, if that is already
@@ -560,6 +703,7 @@ class ExecutionLoop:
         self._chain_end = False
         with anyio.CancelScope(shield=True):
             for draft in drafts:
+                await self._drop_alternatives(draft)
                 if count_waste:
                     self.metrics.drafts_discarded += 1
                     self.metrics.wasted_tokens += draft.tokens

@@ -66,6 +66,11 @@ class ExecutionMetrics:
     """Speculator predictions of the next call handed to the authority's request while it was already running."""
     late_hints_delivered: int = 0
     """Of those, the ones its endpoint took (``agentspec serve --decoder toolspec``; others take none)."""
+    alternative_tool_calls: int = 0
+    """Speculated calls run in forks as the speculator's further guesses for a position (``--spec-width`` > 1)."""
+    hits_by_rank: list[int] = field(default_factory=list)
+    """[r]: drafts committed as the authority's call that were the speculator's guess of rank r (0: its head
+    guess, 1 and more: its alternatives, ``--spec-width``)."""
     predictions_by_depth: list[int] = field(default_factory=list)
     """[d-1]: speculator drafts standing at chain depth d when the authority decided a step."""
     hits_by_depth: list[int] = field(default_factory=list)
@@ -85,6 +90,10 @@ class ExecutionMetrics:
                 _grow(self.name_hits_by_depth, depth)
                 self.hits_by_depth[depth - 1] += int(committed[step] == call)
                 self.name_hits_by_depth[depth - 1] += int(committed[step].name == call.name)
+
+    def hit_at_rank(self, rank: int) -> None:
+        """Count a committed draft that was the speculator's guess of ``rank`` (0: the head guess)."""
+        _bump(self.hits_by_rank, rank + 1)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,7 +132,7 @@ def aggregate(per_task: Sequence[ExecutionMetrics]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in NUMERIC:
         values = [getattr(m, name) for m in per_task]
-        if name.endswith("_by_depth"):
+        if name.endswith(("_by_depth", "_by_rank")):
             out[name] = _sum_lists(values)
         elif name == "wall_s":
             out["mean_task_wall_s"] = round(statistics.fmean(values), 4)

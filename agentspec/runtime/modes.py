@@ -34,7 +34,7 @@ class Mode(BaseModel):
         rest = [p for p in parts if p != "spork"]
         if not parts or len(rest) > 1 or (rest and rest[0] not in BASE_MODES):
             raise ConfigError(f"unknown mode {text!r}; choose sequential, sa, smc, spork, or X+spork")
-        return cls(base=rest[0] if rest else "sequential", spork="spork" in parts)  # type: ignore[arg-type]
+        return cls(base=rest[0] if rest else "sequential", spork="spork" in parts)
 
     @property
     def name(self) -> str:

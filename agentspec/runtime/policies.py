@@ -12,6 +12,7 @@ client, usable in either role.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import uuid
@@ -35,9 +36,12 @@ Progress = Callable[[str, int], Awaitable[None]]
 class DraftedHistory(list[tuple[ToolCall, Observation | None]]):
     """The committed history continued by the speculator's own drafts; ``committed`` counts the committed steps."""
 
-    def __init__(self, committed: History, drafts: History) -> None:
+    def __init__(self, committed: History, drafts: History, state: Any = None) -> None:
         super().__init__([*committed, *drafts])
         self.committed = len(committed)
+        self.state = state
+        """The fork the last draft ran in (a :class:`~agentspec.snapshot.Sandbox`), where a speculator may look
+        ahead; None when unknown."""
 
 
 class PredictedHistory(list[tuple[ToolCall, Observation | None]]):
@@ -72,6 +76,8 @@ class Decision:
     """Target-model forwards the answer took, where the endpoint reports them (``agentspec serve --decoder toolspec``)."""
     hint_tokens: int | None = None
     """Of its tokens, those accepted from the speculator's predicted calls (``hint.speculator``)."""
+    alternatives: tuple[ToolCall, ...] = ()
+    """A speculator's further guesses for the same step, best first after ``call`` (``--spec-width``)."""
 
 
 class Policy(Protocol):
@@ -161,6 +167,27 @@ class NoisyOracleSpeculator:
         return Decision(call=call, output_tokens=estimate_tokens(call.canonical()) if call else 1)
 
 
+HINT_CALLS = 8
+"""Predicted calls sent with one request at most (``agentspec serve`` refuses more)."""
+HINT_CALL_BYTES = 24 * 1024
+"""A predicted call larger than this (canonical JSON) is not sent: the server caps a rendered hint at 32 KiB and
+its request's hints at 128 KiB, and a hint too big to send must never cost the authority its answer."""
+
+
+def hintable(calls: Sequence[ToolCall]) -> list[ToolCall]:
+    """The predicted calls worth sending as hints: small enough that the server takes them, in order, within the
+    server's per-request bounds (at most :data:`HINT_CALLS`, four times :data:`HINT_CALL_BYTES` in all)."""
+    kept: list[ToolCall] = []
+    total = 0
+    for call in calls:
+        size = len(call.canonical().encode())
+        if size > HINT_CALL_BYTES or total + size > 4 * HINT_CALL_BYTES or len(kept) == HINT_CALLS:
+            continue
+        kept.append(call)
+        total += size
+    return kept
+
+
 def history_messages(system_prompt: str, history: History) -> list[Message]:
     """The history as a chat: one assistant tool call and its result per step (a message to the user and its
     reply as two texts).
@@ -213,10 +240,8 @@ class LLMPolicy:
     async def decide(self, history: History) -> Decision:
         if self._queued:
             return Decision(call=self._queued.pop(0))
-        request = self._request(history)
         request_id = uuid.uuid4().hex if self.predicted_hints else None
-        if request_id is not None:
-            request["extra_body"] = {**request.get("extra_body", {}), "agentspec_request_id": request_id}
+        request = self._request(history, request_id)
         with self._running(request_id, history):
             result = await self.client.chat(self._messages(history), **request)
         return self._decision(result)
@@ -228,11 +253,13 @@ class LLMPolicy:
     async def hint(self, calls: Sequence[ToolCall], steps: int) -> bool:
         """Hand ``calls``, predicted for the decision after ``steps`` committed steps, to the request deciding it
         while it runs: whether its endpoint took them.  Nothing is sent unless that decision is in flight."""
-        running = self._in_flight
-        if not calls or running is None or not self.deciding(steps):
+        if not calls or not self.deciding(steps):
             return False
-        predicted = [{"name": c.name, "arguments": c.arguments, "source": "speculator"} for c in calls]
-        return await self.client.send_hints(running[0], predicted)
+        assert self._in_flight is not None
+        predicted = [{"name": c.name, "arguments": c.arguments, "source": "speculator"} for c in hintable(calls)]
+        if not predicted:
+            return False
+        return await self.client.send_hints(self._in_flight[0], predicted)
 
     @contextmanager
     def _running(self, request_id: str | None, history: History) -> Iterator[None]:
@@ -253,9 +280,7 @@ class LLMPolicy:
         if self._queued:
             return Decision(call=self._queued.pop(0))
         text, tokens = "", 0
-        request = self._request(history)
-        if request_id is not None:
-            request["extra_body"] = {**request.get("extra_body", {}), "agentspec_request_id": request_id}
+        request = self._request(history, request_id)
         with self._running(request_id, history):
             async with self.client.stream_chat(self._messages(history), **request) as stream:
                 async for event in stream:
@@ -273,7 +298,8 @@ class LLMPolicy:
             messages.append(Message(role="assistant", content=self.answer_prefix))
         return messages
 
-    def _request(self, history: History = ()) -> dict[str, Any]:
+    def _request(self, history: History = (), request_id: str | None = None) -> dict[str, Any]:
+        """The chat request's keyword arguments; ``request_id`` names it (``agentspec_request_id``) for hints."""
         request: dict[str, Any] = {"tools": self.tools, "tool_choice": self.tool_choice, "temperature": self.temperature,
                                    "max_tokens": self.max_tokens}
         extra: dict[str, Any] = {}
@@ -281,30 +307,34 @@ class LLMPolicy:
             extra |= {"continue_final_message": True, "add_generation_prompt": False}
         predicted = getattr(history, "predicted", None)
         if self.predicted_hints and predicted:
-            extra["agentspec_predicted_calls"] = [{"name": c.name, "arguments": c.arguments} for c in predicted]
+            if hinted := hintable(predicted):
+                extra["agentspec_predicted_calls"] = [{"name": c.name, "arguments": c.arguments} for c in hinted]
+        if request_id is not None:
+            extra["agentspec_request_id"] = request_id
         if extra:
             request["extra_body"] = extra
         return request
 
     def _decision(self, result: ChatResult) -> Decision:
         usage = result.usage
-        tokens = {"prompt_tokens": usage.prompt_tokens if usage else 0, "output_tokens": usage.completion_tokens if usage else 0,
-                  "forwards": usage.forwards if usage else None, "hint_tokens": usage.hint_tokens if usage else None}
+        decision = functools.partial(
+            Decision, prompt_tokens=usage.prompt_tokens if usage else 0, output_tokens=usage.completion_tokens if usage else 0,
+            forwards=usage.forwards if usage else None, hint_tokens=usage.hint_tokens if usage else None)
         calls = result.message.tool_calls
         if not calls:
             if result.invalid_tool_calls:
-                return Decision(call=None, invalid=result.invalid_tool_calls[0], **tokens)
+                return decision(call=None, invalid=result.invalid_tool_calls[0])
             if self.conversation and result.message.content:
-                return Decision(call=say(result.message.content), **tokens)
+                return decision(call=say(result.message.content))
             answer = self._final_answer(result.message.content or "")
             if answer is not None:
-                return Decision(call=None, final={"answer": answer}, **tokens)
-            return Decision(call=None, text=result.message.content or "", **tokens)
+                return decision(call=None, final={"answer": answer})
+            return decision(call=None, text=result.message.content or "")
         if calls[0].name == self.done_tool:
-            return Decision(call=None, final=calls[0].arguments, **tokens)
+            return decision(call=None, final=calls[0].arguments)
         if self.queue_extra_calls:
             self._queued = [c for c in calls[1:] if c.name != self.done_tool]
-        return Decision(call=calls[0], **tokens)
+        return decision(call=calls[0])
 
     def _final_answer(self, text: str) -> str | None:
         """The answer of a text reply ending ``FINAL ANSWER: ...`` (GAIA's convention, for endpoints that do not

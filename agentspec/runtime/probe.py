@@ -66,7 +66,7 @@ def confidence(logprobs: Sequence[float]) -> float:
     return math.exp(min(judged)) if judged else 0.0
 
 
-_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
 
 
 def schema_errors(arguments: dict[str, Any], spec: ToolSpec) -> list[str]:

@@ -12,67 +12,17 @@ Figures of such a run mean: model time as the latency model says, sandbox time a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any, AsyncContextManager, TypeVar
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TypeVar
 
 from agentspec.snapshot import SnapshotBackend
+from agentspec.virtual_clock import RealTime, virtual_clock
 from agentspec.wrapped_backend import BackendWrapper
 
 __all__ = ["RealTime", "RealTimeBackend", "real_time_backend", "virtual_clock"]
 
 T = TypeVar("T")
-
-
-def virtual_clock() -> Any | None:
-    """The trio mock clock this code runs on (a run on the virtual clock), or None (a real clock, or asyncio)."""
-    try:
-        import trio
-        from trio.testing import MockClock
-    except ImportError:
-        return None
-    try:
-        clock = trio.lowlevel.current_clock()
-    except RuntimeError:  # not running under trio (asyncio backend): the wall clock
-        return None
-    return clock if isinstance(clock, MockClock) else None
-
-
-class RealTime:
-    """Counts the real work in flight on a mock clock; the clock runs in real time while there is some."""
-
-    def __init__(self, clock: Any) -> None:
-        self.clock = clock
-        self.depth = 0
-        self._saved: tuple[float, float] = (0.0, 0.0)
-
-    @contextmanager
-    def running(self) -> Iterator[None]:
-        if self.depth == 0:
-            self._saved = (self.clock.rate, self.clock.autojump_threshold)
-            self.clock.autojump_threshold = float("inf")
-            self.clock.rate = 1.0
-        self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-            if self.depth == 0:
-                rate, threshold = self._saved
-                self.clock.rate = rate
-                self.clock.autojump_threshold = threshold
-
-    @classmethod
-    def of_current_clock(cls) -> RealTime | None:
-        """The guard for the running trio mock clock, shared by the whole run; None on a real clock."""
-        clock = virtual_clock()
-        if clock is None:
-            return None
-        guard = getattr(clock, "_agentspec_real_time", None)
-        if guard is None:
-            guard = cls(clock)
-            clock._agentspec_real_time = guard  # one counter per clock: episodes run concurrently
-        return guard
 
 
 class RealTimeBackend(BackendWrapper):
@@ -88,7 +38,7 @@ class RealTimeBackend(BackendWrapper):
 
 
 @asynccontextmanager
-async def real_time_backend(opening: AsyncContextManager[SnapshotBackend]) -> AsyncIterator[SnapshotBackend]:
+async def real_time_backend(opening: AbstractAsyncContextManager[SnapshotBackend]) -> AsyncIterator[SnapshotBackend]:
     """Open ``opening`` (a bench's ``open_backend(...)``) so that, on a mock clock, the backend works in real time.
 
     Starting and stopping the backend (a container, a jail) count as real work too.  On a real clock the

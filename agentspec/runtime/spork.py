@@ -121,7 +121,8 @@ class Spork:
         async def progress(text: str, tokens: int) -> None:
             await send.send((text, tokens))
 
-        decide_streaming = getattr(authority, "decide_streaming", None)
+        # A policy that streams offers decide_streaming (optional: not in the Policy protocol).
+        decide_streaming: Callable[..., Awaitable[Decision]] | None = getattr(authority, "decide_streaming", None)
         if decide_streaming is None:
             return await authority.decide(history)
         if self._request_id is None:

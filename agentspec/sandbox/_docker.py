@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import docker
@@ -72,9 +72,18 @@ def connect(timeout: int = 120) -> docker.DockerClient:
 
 
 DISK_HINT = (
-    "run dockerd with its data root on btrfs, or on xfs mounted with pquota (overlay2), as .ci/run does; "
+    "the Docker backend caps a container's disk with --storage-opt size (btrfs, zfs, overlay2 on xfs with pquota) "
+    "or else with a read-only root and a size-limited tmpfs /workspace, which this engine refused too; "
     "or pass Limits(disk_bytes=None) to run without a disk limit (reported in every result)"
 )
+
+DiskCap = Literal["storage-opt", "tmpfs"]
+"""How a container's disk is capped: ``storage-opt`` (a quota on its writable layer: btrfs, zfs, overlay2 on xfs
+with ``pquota``) or ``tmpfs`` (a read-only root, the workspace on a size-limited tmpfs: any engine, overlay2 on
+ext4 included)."""
+
+_CAPS: dict[str, DiskCap] = {}
+"""What :func:`disk_cap` found, per engine (its URL): probing costs a container create and removal."""
 
 
 def is_disk_limit_refusal(exc: BaseException) -> bool:
@@ -82,20 +91,41 @@ def is_disk_limit_refusal(exc: BaseException) -> bool:
     return "storage-opt" in str(exc).lower() or "storage opt" in str(exc).lower()
 
 
-def disk_limit_error(exc: BaseException) -> SnapshotError:
+def disk_limit_error(exc: BaseException | str) -> SnapshotError:
     return SnapshotError(f"this Docker engine cannot cap a container's disk ({exc}): {DISK_HINT}")
 
 
-def check_disk_limit(api: docker.APIClient, image: str, size: int = 64 * 2**20) -> None:
-    """SnapshotError unless the engine caps a container's writable layer (``--storage-opt size``). Blocking."""
-    host = api.create_host_config(network_mode="none", storage_opt={"size": str(size)})
+def _probe(api: docker.APIClient, image: str, **host: Any) -> None:
+    """Create (never start) and remove a container with ``host`` options; APIError or SnapshotError if refused."""
+    container = api.create_container(image, command=["true"], host_config=api.create_host_config(**host))
     try:
-        container = api.create_container(image, command=["true"], host_config=host)
+        if container.get("Warnings"):  # an option the engine would drop: as good as refused
+            raise SnapshotError(f"the engine would not apply {sorted(host)}: {container['Warnings']}")
+    finally:
+        api.remove_container(container["Id"], force=True)
+
+
+def disk_cap(api: docker.APIClient, image: str, size: int = 64 * 2**20) -> DiskCap:
+    """The disk cap this engine can enforce (see :data:`DiskCap`), preferring ``storage-opt``; SnapshotError when
+    it can enforce neither.  Blocking; remembered per engine."""
+    # By the engine's own identity: every unix socket has the same base_url, and two engines may serve one process.
+    info = api.info()
+    key = f"{api.base_url}|{info.get('ID')}|{info.get('DockerRootDir')}|{info.get('Driver')}"
+    if key in _CAPS:
+        return _CAPS[key]
+    try:
+        _probe(api, image, network_mode="none", storage_opt={"size": str(size)})
+        cap: DiskCap = "storage-opt"
     except docker.errors.APIError as exc:
-        if is_disk_limit_refusal(exc):
-            raise disk_limit_error(exc) from exc
-        raise SnapshotError(f"checking the disk limit: {exc}") from exc
-    api.remove_container(container["Id"], force=True)
+        if not is_disk_limit_refusal(exc):
+            raise SnapshotError(f"checking the disk limit: {exc}") from exc
+        try:
+            _probe(api, image, network_mode="none", read_only=True, tmpfs={"/workspace": f"size={size}"})
+        except (docker.errors.APIError, SnapshotError) as tmpfs_exc:
+            raise disk_limit_error(f"{exc}; and a tmpfs workspace: {tmpfs_exc}") from tmpfs_exc
+        cap = "tmpfs"
+    _CAPS[key] = cap
+    return cap
 
 
 def check_user(user: str, image: str) -> str:

@@ -23,13 +23,23 @@ or the backend refuses to start; ``None`` turns one off, reported by
 
 - ``memory_bytes``: the container's memory cgroup, swap included (no swap);
 - ``pids``: the container's pids cgroup; ``cpus`` (off by default): a CPU quota;
-- ``disk_bytes`` (1 GiB by default): ``--storage-opt size`` caps each container's
-  writable layer, and RLIMIT_FSIZE each file.  btrfs charges its quota lazily to
+- ``disk_bytes`` (1 GiB by default), RLIMIT_FSIZE for each file and, for the whole, the first
+  cap the engine supports (probed at start, :func:`agentspec.sandbox._docker.disk_cap`):
+
+  ``storage-opt`` (btrfs, zfs, overlay2 on xfs with ``pquota``): ``--storage-opt size``
+  caps each container's writable layer.  btrfs charges its quota lazily to
   some containers, so after every writing call the backend also measures the
   writable layer (``SizeRw``): a call that leaves it over the limit fails with an
-  error observation, as does every later writing call.  Only some engines can apply it
-  (btrfs, zfs, overlay2 on xfs with ``pquota``); on others (overlay2 on ext4,
-  the common default) the backend refuses with a message saying so;
+  error observation, as does every later writing call.
+
+  ``tmpfs`` (any engine: overlay2 on ext4, the common default, cannot do the first): the
+  root file system is read-only and ``/workspace`` a tmpfs of ``disk_bytes`` (the kernel
+  refuses writes past it: ENOSPC).  ``docker commit`` does not see a tmpfs, so there a
+  snapshot is a tar of ``/workspace`` in a host file (the image stays the seed), a fork
+  unpacks it into its new container, and a diff commit replaces live's workspace with the
+  fork's.  Its pages count in the container's memory cgroup (``memory_bytes``), as ``/tmp``'s do.
+
+  Only where neither works does the backend refuse, with a message saying so;
 - an option the engine accepts only with a warning (a limit it would drop) is
   refused too.  PID 1 is the runner in ``--init`` mode: it reaps orphans and, being
 PID 1, survives the kill(-1) that ends every call.  Containers and images carry
@@ -58,12 +68,14 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
 import secrets
 import socket
 import tarfile
 import tempfile
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -92,9 +104,40 @@ from agentspec.snapshot import Branch, LineageBackend, error_observation
 from agentspec.types import Effect, Observation, Requestor, ToolCall
 
 CommitMode = Literal["promote", "diff"]
+DiskCapChoice = Literal["auto", "storage-opt", "tmpfs"]
 RUNNER = ["python3", "-I", "-S", f"{SANDBOX_DIR}/runner.py"]
 KILL_ALL = ["python3", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"]
 _IGNORED_CHANGES = ("/tmp", "/proc", "/sys", "/dev")
+# A tmpfs workspace travels as a tar made and unpacked inside the containers (the engine's archive API reads the
+# container's root, under the tmpfs).  Both run as the sandbox user in /workspace.
+# The packer refuses a workspace whose files' apparent sizes add up to more than the disk limit (its argument):
+# a sparse file costs nothing on the tmpfs but its full size in the tar (a host file, or live's workspace).
+PACK_WORKSPACE = [
+    "python3", "-I", "-S", "-c",
+    "import os, stat, sys, tarfile\n"
+    "limit, seen, total = int(sys.argv[1]), set(), 0\n"
+    "for top, _, names in os.walk('.'):\n"
+    "    for name in names:\n"
+    "        info = os.lstat(os.path.join(top, name))\n"
+    "        if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) not in seen:\n"  # a hard link once
+    "            seen.add((info.st_dev, info.st_ino))\n"
+    "            total += info.st_size\n"
+    "if total > limit:\n"
+    "    sys.exit(f'the workspace holds files of {total} bytes (sparse files counted at their full size), '\n"
+    "             f'over its disk limit of {limit} (Limits.disk_bytes)')\n"
+    "with tarfile.open(fileobj=sys.stdout.buffer, mode='w|') as tf:\n"
+    "    tf.add('.', arcname='.')\n",
+]  # fmt: skip
+UNPACK_WORKSPACE = [
+    "python3", "-I", "-S", "-c",
+    "import os, shutil, sys, tarfile\n"
+    "safe = {'filter': 'tar'} if hasattr(tarfile, 'tar_filter') else {}\n"  # no absolute or '..' names
+    # Opened first: a packer that refused sends nothing, and then what is here stays (ReadError, empty file).
+    "with tarfile.open(fileobj=sys.stdin.buffer, mode='r|') as tf:\n"
+    "    for entry in os.scandir('.'):\n"  # what the tar holds replaces what is there (a diff commit into live)
+    "        shutil.rmtree(entry.path) if entry.is_dir(follow_symlinks=False) else os.unlink(entry.path)\n"
+    "    tf.extractall('.', **safe)\n",
+]  # fmt: skip
 
 
 class _Image:
@@ -109,13 +152,38 @@ class _Image:
             weakref.finalize(self, garbage.append, image_id)
 
 
+class _Tarball:
+    """A tar of a tmpfs workspace in an anonymous host file: closed (and gone) when nothing references it any
+    more, and with the process however it ends, so a killed process leaves no tar behind."""
+
+    __slots__ = ("file", "size", "__weakref__")
+
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile()
+        self.size = 0
+        weakref.finalize(self, self.file.close)
+
+    def write(self, data: bytes) -> None:
+        """Append (one writer, before any reader)."""
+        self.file.write(data)
+        self.size += len(data)
+
+    def chunks(self, size: int = 2**20) -> Iterator[bytes]:
+        """The tar from its start; positional reads, so forks may read it at the same time."""
+        self.file.flush()
+        for offset in range(0, self.size, size):
+            yield os.pread(self.file.fileno(), size, offset)
+
+
 @dataclass(frozen=True)
 class DockerRef:
-    """What a Docker snapshot holds: the image, and (diff commits) the paths changed since live."""
+    """What a Docker snapshot holds: the image, (diff commits) the paths changed since live, and (``tmpfs``
+    disk cap) the workspace's tar."""
 
     image: _Image
     changes: frozenset[str]
     backend_id: str
+    workspace: _Tarball | None = None
 
 
 @dataclass(eq=False)
@@ -208,7 +276,8 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
 
     ``image`` is a base image (``agentspec sandbox build``); ``client`` an open
     :class:`docker.DockerClient` (default: ``DOCKER_HOST`` or the default
-    socket, closed again by :meth:`close`).
+    socket, closed again by :meth:`close`); ``disk_cap`` how ``Limits.disk_bytes`` is enforced: ``auto``
+    (the first the engine supports, see the module docstring) or one of them by name (``tmpfs`` works on any engine).
     """
 
     kind = "Docker"
@@ -224,11 +293,14 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         client: docker.DockerClient | None = None,
         max_layers: int = 100,
         tmp_size: str = "256m",
+        disk_cap: DiskCapChoice = "auto",
     ) -> None:
         if source is not None and not source.is_dir():
             raise ConfigError(f"workspace source {source} is not a directory")
         if commit_mode not in ("promote", "diff"):
             raise ConfigError(f"commit_mode must be 'promote' or 'diff', not {commit_mode!r}")
+        if disk_cap not in ("auto", "storage-opt", "tmpfs"):
+            raise ConfigError(f"disk_cap must be 'auto', 'storage-opt' or 'tmpfs', not {disk_cap!r}")
         super().__init__()
         self.program = program
         self.source = source
@@ -237,6 +309,8 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         self.commit_mode: CommitMode = commit_mode
         self.max_layers = max(2, max_layers)
         self._tmp_size = tmp_size
+        self._disk_cap_choice: DiskCapChoice = disk_cap
+        self._disk_cap: _docker.DiskCap | None = None
         self._client = client
         self._own_client = client is None
         self._id = secrets.token_hex(4)
@@ -252,6 +326,15 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         if self._client is None:
             raise SnapshotError("Docker backend not started")
         return self._client.api
+
+    @property
+    def disk_cap(self) -> _docker.DiskCap | None:
+        """How the disk limit is enforced (see the module docstring), once started; None without one."""
+        return self._disk_cap
+
+    @property
+    def _tmpfs(self) -> bool:
+        return self._disk_cap == "tmpfs"
 
     @property
     def live_container(self) -> str:
@@ -273,16 +356,29 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             self._config = config
             self._user = _docker.check_user(config.get("User") or self._user, self.image)
             self._volumes = _docker.parse_mounts((config.get("Labels") or {}).get(MOUNTS))
+            self._disk_cap = await self._choose_disk_cap(info["Id"])
             depth = len((info.get("RootFS") or {}).get("Layers") or [None])
             seed = await self._seed(info["Id"], depth)
             container = await self._create(seed.id)
-            # Live starts equal to the seed image: the first snapshot is free.
-            cached = DockerRef(image=seed, changes=frozenset(), backend_id=self._id)
+            workspace = None
+            if self._tmpfs:  # the source goes into live's tmpfs workspace, not into the image the tmpfs hides
+                workspace = await self._source_tarball()
+                await self._restore(container, workspace)
+            # Live starts equal to the seed image (and source): the first snapshot is free.
+            cached = DockerRef(image=seed, changes=frozenset(), backend_id=self._id, workspace=workspace)
             self._set_live(_Box(container=container, image=seed, cached=cached))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.close()
             raise
+
+    async def _choose_disk_cap(self, image: str) -> _docker.DiskCap | None:
+        """The disk cap asked for, or (``auto``) the first this engine supports; None without a disk limit."""
+        if self.limits.disk_bytes is None:
+            return None
+        if self._disk_cap_choice != "auto":
+            return self._disk_cap_choice
+        return await _docker.call("probing the engine's disk cap", _docker.disk_cap, self.api, image)
 
     async def _seed(self, base: str, depth: int) -> _Image:
         """The base image plus the runner and the source, committed once.
@@ -292,7 +388,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         """
         seed = await self._create(base, install=_tar_program(self.program), start=False)
         try:
-            if self.source is not None:
+            if self.source is not None and not self._tmpfs:
                 await self._put_source(seed, self.source)
             result = await _docker.call("committing the seed image", self.api.commit, seed, pause=False)
         finally:
@@ -300,30 +396,51 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
                 await self._remove_container(seed)
         return _Image(result["Id"], depth + 1, self._garbage)
 
-    async def _put_source(self, container: str, source: Path) -> None:
+    def _tar_source(self, fh: Any, arcname: str) -> None:
+        """Write a tar of the source to ``fh``, owned by the sandbox user (blocking)."""
         uid, _, gid = self._user.partition(":")
 
         def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-            info.uid, info.gid = int(uid or 1000), int(gid or uid or 1000)
+            info.uid = int(uid) if uid.isdigit() else 1000
+            info.gid = int(gid) if gid.isdigit() else info.uid
             info.uname = info.gname = ""
             return info
 
+        with tarfile.open(fileobj=fh, mode="w|") as tf:  # a stream: ``fh`` may be a _Tarball (no seek, no tell)
+            if self.source is not None:
+                tf.add(self.source, arcname=arcname, filter=owned)
+
+    async def _source_tarball(self) -> _Tarball:
+        """The source as a workspace tar (``tmpfs`` disk cap); an empty tar without one."""
+        tarball = _Tarball()
+        await anyio.to_thread.run_sync(self._tar_source, tarball, ".")
+        return tarball
+
+    async def _put_source(self, container: str, source: Path) -> None:
         def put() -> None:
             # A file, not memory: sources can be hundreds of megabytes.
             with tempfile.TemporaryFile() as fh:
-                with tarfile.open(fileobj=fh, mode="w") as tf:
-                    tf.add(source, arcname=WORKSPACE.lstrip("/"), filter=owned)
+                self._tar_source(fh, WORKSPACE.lstrip("/"))
                 fh.seek(0)
                 with _docker.translated("copying the source into the live container"):
                     self.api.put_archive(container, "/", fh)
 
         await anyio.to_thread.run_sync(put)
 
-    def _host_config(self) -> dict[str, Any]:
+    def _host_config(self, writable_root: bool = False) -> dict[str, Any]:
+        """The locked-down container; ``writable_root``: the seed, whose files are put in before it is committed."""
         limits = self.limits
         ulimits = [Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile)]
         if limits.disk_bytes is not None:
             ulimits.append(Ulimit(name="fsize", soft=limits.disk_bytes, hard=limits.disk_bytes))
+        tmpfs = {"/tmp": f"size={self._tmp_size},mode=1777"}
+        tmpfs_root = self._tmpfs and not writable_root
+        if tmpfs_root:
+            uid, _, gid = self._user.partition(":")
+            owner = f"uid={uid},gid={gid or uid},mode=0755" if uid.isdigit() and (gid or uid).isdigit() else "mode=1777"
+            # exec: the workspace holds the programs a tool runs (the engine's tmpfs default is noexec).
+            tmpfs[WORKSPACE] = f"size={limits.disk_bytes},{owner},exec"
+        storage = self._disk_cap == "storage-opt" and limits.disk_bytes is not None
         return self.api.create_host_config(
             network_mode="none",
             mem_limit=limits.memory_bytes,
@@ -332,10 +449,11 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             pids_limit=limits.pids,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
-            tmpfs={"/tmp": f"size={self._tmp_size},mode=1777"},
+            tmpfs=tmpfs,
+            read_only=tmpfs_root,
             binds=self._volumes or None,
             ulimits=ulimits,
-            storage_opt={"size": str(limits.disk_bytes)} if limits.disk_bytes is not None else None,
+            storage_opt={"size": str(limits.disk_bytes)} if storage else None,
         )
 
     @property
@@ -355,6 +473,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             "pids": limits.pids,
             "cpus": limits.cpus,
             "disk_bytes": limits.disk_bytes,
+            "disk_cap": self._disk_cap,
             "weakened": self.weakened,
         }
 
@@ -367,10 +486,10 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         labels = {LABEL: "1", OWNER: owner_tag(), BACKEND: self._id}
 
         def create() -> str:
-            try:
+            try:  # the seed (never started, files put in) needs a writable root; the containers that run, not
                 container = self.api.create_container(
                     image_id, command=[*RUNNER, "--init"], user=self._user, working_dir=WORKSPACE, labels=labels,
-                    host_config=self._host_config(), name=name, environment=["HOME=/tmp"],
+                    host_config=self._host_config(writable_root=not start), name=name, environment=["HOME=/tmp"],
                 )  # fmt: skip
             except docker.errors.APIError as exc:
                 if self.limits.disk_bytes is not None and _docker.is_disk_limit_refusal(exc):
@@ -433,15 +552,23 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         return isinstance(ref, DockerRef) and ref.backend_id == self._id
 
     async def _fork_state(self, ref: DockerRef) -> _Box:
-        """A new container from the snapshot image."""
-        return _Box(container=await self._create(ref.image.id), image=ref.image, changes=ref.changes)
+        """A new container from the snapshot image (``tmpfs``: with the snapshot's workspace unpacked in it)."""
+        container = await self._create(ref.image.id)
+        if ref.workspace is not None:
+            try:
+                await self._restore(container, ref.workspace)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._remove_container(container)
+                raise
+        return _Box(container=container, image=ref.image, changes=ref.changes)
 
     async def _promote(self, box: _Box, live: _Box) -> _Box:
         """The fork's container becomes live (promote), or its changes are applied to live's (diff)."""
         if self.commit_mode == "promote":
             new_live, doomed = box, live.container
         else:
-            await self._apply_diff(box, live)
+            await (self._copy_workspace(box, live) if self._tmpfs else self._apply_diff(box, live))
             live.dirty, live.cached = True, None
             new_live, doomed = live, box.container
         await self._remove_container(doomed)
@@ -460,6 +587,11 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
     async def _freeze(self, box: _Box) -> DockerRef:
         """An image of the box's state (caller holds its lock); reused while the box is unchanged."""
         if not box.dirty and box.cached is not None:
+            return box.cached
+        if self._tmpfs:  # the root is read-only: the workspace is the whole state, the image stays as it is
+            box.cached = DockerRef(image=box.image, changes=frozenset(), backend_id=self._id,
+                                   workspace=await self._pack(box.container))
+            box.dirty = False
             return box.cached
         changes = box.changes
         if self.commit_mode == "diff" and box is not self._head.state:
@@ -580,9 +712,10 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         )
         code, out, err = await self._exec(box.container, payload)
         observation = runner_observation(call, requestor, code, out, err)
-        if box.dirty and self.limits.disk_bytes is not None:
+        if box.dirty and self._disk_cap == "storage-opt":  # a tmpfs cap is exact: no backstop needed
             written = await self._writable_bytes(box.container)
-            if written > self.limits.disk_bytes:
+            # disk_bytes is set: the storage-opt cap is only ever chosen with a disk limit (_choose_disk_cap).
+            if self.limits.disk_bytes is not None and written > self.limits.disk_bytes:
                 # The backstop behind the engine's quota, which btrfs applies lazily to some containers: the
                 # call that leaves the writable layer over the limit fails, and so does every later writing call.
                 return error_observation(call, requestor, f"the sandbox's writable layer holds {written} bytes, over "
@@ -597,3 +730,79 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             return int(self.api._result(self.api._get(url, params={"size": 1}), True).get("SizeRw") or 0)
 
         return await _docker.call("measuring a container's writable layer", size)
+
+    async def _pack(self, container: str) -> _Tarball:
+        """A tar of the container's tmpfs workspace, in a host file."""
+        tarball = _Tarball()
+        exec_id, sock = await self._exec_start(container, self._pack_command())
+        cap = self._tar_cap()
+
+        def read() -> bytes:
+            errors: list[bytes] = []
+            sock._sock.shutdown(socket.SHUT_WR)
+            for stream, data in frames_iter(sock, tty=False):
+                if stream == STDOUT:
+                    tarball.write(data)
+                    if tarball.size > cap:  # the packer's own check is the sandbox's code: count here too
+                        raise SnapshotError(f"the sandbox's workspace tar grew past {cap} bytes, over what its "
+                                            f"disk limit of {self.limits.disk_bytes} (Limits.disk_bytes) allows")
+                else:
+                    errors.append(data)
+            return b"".join(errors)
+
+        try:
+            errors = await _docker.call("packing a workspace", read)
+        finally:
+            _close_socket(sock)
+        await self._check_exit(exec_id, "packing the sandbox's workspace", errors)
+        return tarball
+
+    def _pack_command(self) -> list[str]:
+        """The packer, refusing files of more apparent bytes than the disk limit (a tmpfs workspace has one)."""
+        return [*PACK_WORKSPACE, str(self.limits.disk_bytes or 0)]
+
+    def _tar_cap(self) -> int:
+        """The most bytes a workspace tar may take on the host: the files' data (at most ``disk_bytes``, which the
+        packer checks) plus tar headers and padding, of 1 KiB or so a file (a file takes 4 KiB of tmpfs, unless
+        empty); so a tar over it is not a workspace's honest copy."""
+        return 2 * (self.limits.disk_bytes or 0) + 2**20
+
+    async def _restore(self, container: str, tarball: _Tarball) -> None:
+        """Unpack a workspace tar into the container's (empty or replaced) tmpfs workspace."""
+        exec_id, sock = await self._exec_start(container, UNPACK_WORKSPACE)
+
+        def write() -> bytes:
+            raw = sock._sock
+            try:
+                for chunk in tarball.chunks():
+                    raw.sendall(chunk)
+                raw.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # the unpacker stopped reading (it failed): its exit code and stderr say why
+            return b"".join(data for stream, data in frames_iter(sock, tty=False) if stream != STDOUT)
+
+        try:
+            errors = await _docker.call("unpacking a workspace", write)
+        finally:
+            _close_socket(sock)
+        await self._check_exit(exec_id, "unpacking a workspace into the sandbox", errors)
+
+    async def _copy_workspace(self, box: _Box, live: _Box) -> None:
+        """A diff commit with a tmpfs workspace: live's workspace becomes a copy of the fork's."""
+        pack_id, src = await self._exec_start(box.container, self._pack_command())
+        try:
+            apply_id, dst = await self._exec_start(live.container, UNPACK_WORKSPACE)
+            try:
+                errors = await _docker.call("copying a workspace", _pipe, src, dst, b"")
+            finally:
+                _close_socket(dst)
+        finally:
+            _close_socket(src)
+        # The packer's stderr comes first (the unpacker's follows): a refusal says why, and live stays as it was.
+        await self._check_exit(pack_id, "packing the fork's workspace", errors[:500])
+        await self._check_exit(apply_id, "copying the fork's workspace into live", errors)
+
+    async def _check_exit(self, exec_id: str, what: str, errors: bytes) -> None:
+        info = await self._finished(exec_id)
+        if info.get("ExitCode"):
+            raise SnapshotError(f"{what} failed: {errors.decode(errors='replace')[-500:]}")

@@ -59,13 +59,12 @@ The state of a sandbox is its files: no process outlives a call.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import itertools
 import os
 import secrets
 import tempfile
 import weakref
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -435,6 +434,9 @@ class OverlayBackend(ProgramCalls, LineageBackend[_Tree]):
 
     async def _setup(self, root: Path) -> None:
         disk = self.limits.disk_bytes
+        # The jail first: where bubblewrap is missing, that (and its way out, confinement="none") is what the
+        # caller reads, not a limit that would only be refused next.
+        self.jail = await host_jail(self._confinement, self.program.ops_file, tmp_bytes=disk)
         size = f"size={disk}," if disk is not None else ""
         try:
             _mounts.mount("tmpfs", root, "tmpfs", 0, f"{size}mode=0700")
@@ -452,7 +454,6 @@ class OverlayBackend(ProgramCalls, LineageBackend[_Tree]):
         overlay_ok = self._tmpfs and self._wanted_mode != "copy" and _probe_overlay(root, options)
         if self._wanted_mode == "overlay" and not overlay_ok:
             raise SnapshotError("overlayfs mounts are refused here (needs root or a user+mount namespace)")
-        self.jail = await host_jail(self._confinement, self.program.ops_file, tmp_bytes=disk)
         if self.jail.kind == "bwrap" and self.limits.pids is not None and not rlimit_nproc_binds():
             self._pids = await anyio.to_thread.run_sync(self._pids_cgroups)
         for sub in ("layers", "trees", "mnt"):

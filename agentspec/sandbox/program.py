@@ -67,7 +67,10 @@ class Limits:
         memory_bytes   cgroup, whole container, no swap    RLIMIT_AS of each process of a call
         pids           cgroup pids.max, whole container    pids cgroup per call (root), else RLIMIT_NPROC
         disk_bytes     --storage-opt size (writable layer) size= of the scratch tmpfs (live, forks, layers
-                       + RLIMIT_FSIZE; /tmp is a RAM tmpfs   together) + RLIMIT_FSIZE + size= of /tmp
+                       or, on a stock engine, a read-only  together) + RLIMIT_FSIZE + size= of /tmp
+                       root and a /workspace tmpfs of that
+                       size; + RLIMIT_FSIZE; /tmp is a RAM
+                       tmpfs
         cpus           cgroup CPU quota                    refused: no CPU cap without a cgroup
         nofile         RLIMIT_NOFILE                       RLIMIT_NOFILE
 
@@ -200,9 +203,11 @@ class ProgramCalls:
 
     program: SandboxProgram
     limits: Limits
-    weakened: str | None
-    """The isolation opt-ins in force, as every observation records them (None: everything promised);
-    each backend defines it from its confinement and limits."""
+    @property
+    def weakened(self) -> str | None:
+        """The isolation opt-ins in force, as every observation records them (None: everything promised);
+        each backend defines it from its confinement and limits."""
+        raise NotImplementedError
 
     def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
         return self.program.tool_specs(requestor)

@@ -13,20 +13,22 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import aclosing, contextmanager
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from agentspec.decoding.generation import RequestContext, SamplingParams, TokenOut
-from agentspec.decoding.grammar import GrammarConstraint, ToolDef, render_call, schema_error, tool_grammar
+from agentspec.decoding.grammar import GrammarConstraint, ToolDef, schema_error, tool_grammar
 from agentspec.errors import ConfigError
 from agentspec.models.parsing import extract_tool_calls
 from agentspec.serve.engine import Engine
+from agentspec.serve.hints import HintTarget, HintTargets
 from agentspec.serve.prompt import render_prompt
-from agentspec.serve.protocol import APIError, ChatRequest, parse_request
+from agentspec.serve.protocol import MAX_HINT_BYTES, APIError, ChatRequest, parse_request
+from agentspec.serve.schema_check import TooDeep, check_depth, unsatisfiable
 from agentspec.serve.text import TextAssembler, ToolCallHoldback
 
 __all__ = ["CompletionResponse", "PROBE_CHARS_PER_TOKEN", "Prepared", "check_prompt_size", "check_tools", "prepare"]
@@ -87,7 +89,13 @@ def prepare(body: bytes, engines: dict[str, Engine], default_max_tokens: int) ->
 def check_tools(tools: list[ToolDef], ll_tokenizer: Any) -> None:
     """Raise a 400 :class:`APIError` (code ``invalid_schema``) for a tool whose parameters are not a usable schema."""
     for index, tool in enumerate(tools):
-        problem = schema_error(tool, ll_tokenizer)
+        try:
+            check_depth(tool.function.parameters)  # first: compiling and checking recurse once per level
+            problem = schema_error(tool, ll_tokenizer)
+            if problem is None and (reason := unsatisfiable(tool.function.parameters)) is not None:
+                problem = f"cannot be satisfied: {reason}"
+        except (TooDeep, RecursionError) as exc:  # RecursionError: a stack deeper than the cap allows for
+            problem = f"is too deeply nested: {exc}"
         if problem is not None:
             param = f"tools[{index}].function.parameters"
             raise APIError(400, f"{param} {problem}", code="invalid_schema", param=param)
@@ -98,8 +106,8 @@ def _context(request: ChatRequest, engine: Engine) -> RequestContext | None:
     tools = [tool.function.model_dump(exclude_none=True) for tool in request.tools or []] \
         if request.tools_active else []
     messages = [{"role": m.role, "content": m.text()} for m in request.messages]
-    hints = [(text, "hint.client") for text in request.agentspec_hints or []]
-    hints += [(render_call(p.name, p.arguments), f"hint.{p.source}") for p in request.agentspec_predicted_calls or []]
+    # The decoder indexes each hint as it takes it: here, in prepare's worker thread, not in an engine step.
+    hints = [(text, source) for _, text, source in request.hints()]
     return engine.decoder.context(tools, messages, hints)
 
 
@@ -217,7 +225,7 @@ class _Run:
     def set_cached(self, cached: int) -> None:
         self.cached_tokens = cached
 
-    async def steps(self) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    async def steps(self) -> AsyncGenerator[tuple[str, list[dict[str, Any]]], None]:
         """Async iterator over ``(text, logprob entries)`` per step; sets :attr:`finish` at the end."""
         prepared = self.prepared
         generation = prepared.engine.generate(
@@ -233,62 +241,82 @@ class _Run:
 
 
 class CompletionResponse:
-    """An ASGI response running ``prepared`` (JSON, or SSE with ``stream``); disconnects cancel it."""
+    """An ASGI response running ``prepared`` (JSON, or SSE with ``stream``); disconnects cancel it.
 
-    def __init__(self, prepared: Prepared) -> None:
+    ``targets`` holds the running requests that take hints (the app's one registry): a request with an
+    ``agentspec_request_id`` claims it there for as long as it runs (a 409 when another running request owns it).
+    """
+
+    def __init__(self, prepared: Prepared, targets: HintTargets | None = None) -> None:
         self.prepared = prepared
+        self.targets = targets if targets is not None else HintTargets()
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        request, context = self.prepared.request, self.prepared.context
+        # A request on the plain path has no decoder context: nothing to register, nothing to take hints.
+        target_id = request.agentspec_request_id if context is not None else None
+        target = HintTarget(request.model, self.prepared.engine, context) if context is not None else None
+        if target_id is not None and target is not None:
+            try:
+                self.targets.claim(target_id, target)
+            except APIError as exc:
+                await _send_json(send, exc.status, exc.body)
+                return
         stats = self.prepared.engine.stats
         stats.requests += 1
         self.run = _Run(self.prepared)
-        async with anyio.create_task_group() as group:
-            group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
-            try:
-                with self._hint_links():
-                    if self.prepared.request.stream:
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
+                try:
+                    if request.stream:
                         await self._stream(send)
                     else:
                         await self._complete(send)
-            except anyio.get_cancelled_exc_class():
-                stats.cancelled += 1
-                raise
-            stats.completed += 1
-            group.cancel_scope.cancel()
+                except anyio.get_cancelled_exc_class():
+                    stats.cancelled += 1
+                    raise
+                stats.completed += 1
+                group.cancel_scope.cancel()
+        finally:
+            if target_id is not None and target is not None:
+                self.targets.release(target_id, target)
+            with anyio.CancelScope(shield=True):  # a probe cut short still predicts the request it hints
+                await self._forward_hint()
 
-    @contextmanager
-    def _hint_links(self) -> Iterator[None]:
-        """Register this request as a hint target; on the way out, hand its text to the request it hints.
+    async def _forward_hint(self) -> None:
+        """Hand this request's text to the running request it hints (``agentspec_hint_for``), if any.
 
         A probe's text (its continued message plus what it generated, even
         when it was cut short) predicts the running request's output; the
         ToolSpec decoder of that request drafts from it (partial-token accept).
+        The hint is indexed in a worker thread, and cut to the size a hint may have.
         """
-        request, engine, context = self.prepared.request, self.prepared.engine, self.prepared.context
-        # A request on the plain path has no decoder context: nothing to register, nothing to take hints.
-        target_id = request.agentspec_request_id if context is not None else None
-        if target_id is not None:
-            engine.contexts[target_id] = context
-        try:
-            yield
-        finally:
-            if target_id is not None and engine.contexts.get(target_id) is context:
-                del engine.contexts[target_id]
-            target = engine.contexts.get(request.agentspec_hint_for) if request.agentspec_hint_for else None
-            if target is not None and self.run.text.text:
-                prefix = request.messages[-1].text() if request.continue_final_message else ""
-                target.put_hint(prefix + self.run.text.text, "hint.spork")
-                engine.stats.hints_forwarded += 1
+        request = self.prepared.request
+        target = self.targets.get(request.agentspec_hint_for) if request.agentspec_hint_for else None
+        if target is None or not self.run.text.text:
+            return
+        prefix = request.messages[-1].text() if request.continue_final_message else ""
+        text = _cut_to_bytes(prefix + self.run.text.text, MAX_HINT_BYTES)
+        if await anyio.to_thread.run_sync(target.context.put_hint, text, "hint.spork"):
+            target.engine.stats.hints_forwarded += 1
 
     # ------------------------------------------------------------ JSON
 
     async def _complete(self, send: Send) -> None:
         run = self.run
-        async with aclosing(run.steps()) as steps:
-            async for _ in steps:
-                pass
+        try:
+            async with aclosing(run.steps()) as steps:
+                async for _ in steps:
+                    pass
+        except APIError as exc:
+            await _send_json(send, exc.status, exc.body)
+            return
+        except (RuntimeError, ValueError) as exc:  # as the stream answers them: an error body, not a traceback
+            await _send_json(send, 500, _server_error(exc))
+            return
         run.text.finish()
         message, finish = self._message(run)
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
@@ -324,7 +352,7 @@ class CompletionResponse:
         except APIError as exc:
             await _sse(send, exc.body)
         except (RuntimeError, ValueError) as exc:
-            await _sse(send, {"error": {"message": str(exc), "type": "server_error", "param": None, "code": None}})
+            await _sse(send, _server_error(exc))
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
     async def _stream_end(self, send: Send, run: _Run, holdback: ToolCallHoldback | None) -> None:
@@ -363,6 +391,16 @@ class CompletionResponse:
         if usage is not None:
             chunk["usage"] = usage
         return chunk
+
+
+def _server_error(exc: Exception) -> dict[str, Any]:
+    return {"error": {"message": str(exc), "type": "server_error", "param": None, "code": None}}
+
+
+def _cut_to_bytes(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` within ``limit`` UTF-8 bytes (a prefix of a prediction still predicts)."""
+    data = text.encode("utf-8", "surrogatepass")
+    return text if len(data) <= limit else data[:limit].decode("utf-8", "ignore")
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

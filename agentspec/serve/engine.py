@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -220,14 +220,15 @@ class Engine:
         self._shared = threading.Lock()
         self._queue: list[_Unit] = []
         self._live = 0
+        # The step's own worker thread: on anyio's default limiter, request prep and hint indexing (up to its 40
+        # threads) could hold every thread and stall the steps.  One token: an engine runs one step at a time.
+        self._step_limiter = anyio.CapacityLimiter(1)
         self._stepping = False
         # Events are made inside the event loop (anyio needs one), per step and per gathering.
         self._step_over: anyio.Event | None = None
         self._arrived: anyio.Event | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._routed: bool | None = None
-        self.contexts: dict[str, RequestContext] = {}
-        """Decoder contexts of running requests by their ``agentspec_request_id`` (targets of hints)."""
 
     @cached_property
     def max_token_bytes(self) -> int:
@@ -241,7 +242,7 @@ class Engine:
     async def generate(
         self, prompt: list[int], params: SamplingParams, constraint: GrammarConstraint | None = None,
         on_start: Callable[[int], None] | None = None, context: RequestContext | None = None,
-    ) -> AsyncIterator[tuple[list[TokenOut], str | None]]:
+    ) -> AsyncGenerator[tuple[list[TokenOut], str | None], None]:
         """Yield ``(tokens, finish_reason)`` per step; the last has a finish reason unless the caller stops early.
 
         ``on_start(cached_tokens)`` is called once the prefix cache was consulted.
@@ -313,7 +314,7 @@ class Engine:
                     await self._arrived.wait()
             units = self._select()
             with anyio.CancelScope(shield=True):  # others wait on these units: finish them even if cancelled
-                await anyio.to_thread.run_sync(self._execute, units)
+                await anyio.to_thread.run_sync(self._execute, units, limiter=self._step_limiter)
                 for unit in units:
                     unit.done.set()
         finally:

@@ -43,7 +43,7 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -297,11 +297,13 @@ def _continue_on(llama: Any, body: dict[str, Any]) -> dict[str, Any]:
     )
 
     def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-        return formatter(messages=messages, tools=tools).prompt
+        # The request's own JSON, which the template reads as plain dicts (llama_cpp types them as TypedDicts).
+        return formatter(messages=cast(Any, messages), tools=cast(Any, tools)).prompt
 
     prompt = continuation_prompt(render, list(body.get("messages") or []), body.get("tools"))
     tokens = llama.tokenize(prompt.encode(), add_bos=False, special=True)
-    temperature = float(body.get("temperature") if body.get("temperature") is not None else 1.0)
+    given_temperature = body.get("temperature")
+    temperature = float(given_temperature if given_temperature is not None else 1.0)
     steps: list[tuple[int, float]] = []
 
     def record(input_ids: Any, logits: Any) -> Any:

@@ -16,11 +16,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentspec.decoding.grammar import FunctionDef, ToolDef
+from agentspec.decoding.grammar import FunctionDef, ToolDef, render_call
 
 __all__ = [
-    "APIError", "ChatMessage", "ChatRequest", "FunctionDef", "HintDelivery", "MAX_TOKEN_COUNT", "SEED_RANGE",
-    "ToolDef", "parse_hint_delivery", "parse_request",
+    "APIError", "ChatMessage", "ChatRequest", "FunctionDef", "HintDelivery", "MAX_HINTS", "MAX_HINTS_BYTES",
+    "MAX_HINT_BYTES", "MAX_TOKEN_COUNT", "SEED_RANGE", "ToolDef", "check_hint_sizes", "parse_hint_delivery",
+    "parse_request",
 ]
 
 
@@ -30,17 +31,31 @@ SEED_RANGE = (-(2**63), 2**64 - 1)
 MAX_TOKEN_COUNT = 2**31 - 1
 """An upper bound for token counts (no context is this long; the context check gives the precise message)."""
 
+MAX_HINTS = 8
+"""Hints one field of a request or delivery may hold (``agentspec_hints``, ``agentspec_predicted_calls``,
+``predicted_calls``); more is a 400."""
+
+MAX_HINT_BYTES = 32 * 1024
+"""The largest hint (a text, or a predicted call as the tool grammar writes it), in UTF-8 bytes; more is a 413.
+A hint is indexed when it arrives (about 0.1 s per 32 kB) and read by every draft tree of its request."""
+
+MAX_HINTS_BYTES = 128 * 1024
+"""All hints of one request body or one delivery together, in UTF-8 bytes; more is a 413.  A running request's
+box takes at most :data:`agentspec.decoding.drafter.MAX_BOX_BYTES` over its life (deliveries past it: 413)."""
+
 
 class APIError(Exception):
     """An OpenAI-style error answer: HTTP ``status`` and ``{"error": {message, type, param, code}}``."""
 
     def __init__(
         self, status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
-        param: str | None = None,
+        param: str | None = None, headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.body = {"error": {"message": message, "type": type, "param": param, "code": code}}
+        self.headers = headers or {}
+        """Response headers that go with the error (``Retry-After`` on a 429)."""
 
 
 class _Lenient(BaseModel):
@@ -97,6 +112,10 @@ class PredictedCall(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     source: Literal["speculator", "macro"] = "speculator"
 
+    def as_hint(self) -> tuple[str, str]:
+        """The call as the tool grammar writes it, and its draft source (``hint.speculator``)."""
+        return render_call(self.name, self.arguments), f"hint.{self.source}"
+
 
 class HintDelivery(BaseModel):
     """``POST /v1/agentspec/hints``: calls predicted for a request that is already running (by its
@@ -105,7 +124,11 @@ class HintDelivery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     request_id: str = Field(min_length=1, max_length=128)
-    predicted_calls: list[PredictedCall] = Field(min_length=1, max_length=8)
+    predicted_calls: list[PredictedCall] = Field(min_length=1, max_length=MAX_HINTS)
+
+    def hints(self) -> list[tuple[str, str, str]]:
+        """``(field, text, source)`` of each predicted call, rendered as the tool grammar writes it."""
+        return [(f"predicted_calls.{i}", *call.as_hint()) for i, call in enumerate(self.predicted_calls)]
 
 
 class ChatRequest(_Lenient):
@@ -130,9 +153,9 @@ class ChatRequest(_Lenient):
     n: int = Field(default=1, ge=1, le=1)
     ignore_eos: bool = False
     """vLLM's extension: keep generating past end-of-sequence (benchmarks)."""
-    agentspec_hints: list[str] | None = None
+    agentspec_hints: list[str] | None = Field(default=None, max_length=MAX_HINTS)
     """Predicted completion texts for the ToolSpec decoder to draft from (agentspec.decoding.hint_drafter)."""
-    agentspec_predicted_calls: list[PredictedCall] | None = Field(default=None, max_length=8)
+    agentspec_predicted_calls: list[PredictedCall] | None = Field(default=None, max_length=MAX_HINTS)
     """Calls a speculator predicts this answer makes: drafted as the tool grammar writes them (``hint.speculator``,
     ``hint.macro``).  Like every hint they change how fast the answer comes, never what it is."""
     continue_final_message: bool = False
@@ -150,6 +173,13 @@ class ChatRequest(_Lenient):
         if isinstance(value, list) and (len(value) > 4 or not all(value)):
             raise ValueError("stop takes at most 4 non-empty strings")
         return value
+
+    def hints(self) -> list[tuple[str, str, str]]:
+        """``(field, text, source)`` of each hint: the client's texts, then the predicted calls as rendered."""
+        texts = [(f"agentspec_hints.{i}", text, "hint.client") for i, text in enumerate(self.agentspec_hints or [])]
+        calls = [(f"agentspec_predicted_calls.{i}", *call.as_hint())
+                 for i, call in enumerate(self.agentspec_predicted_calls or [])]
+        return texts + calls
 
     @property
     def stops(self) -> list[str]:
@@ -192,22 +222,44 @@ def parse_request(raw: bytes) -> ChatRequest:
     try:
         request = ChatRequest.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise APIError(400, f"invalid request: {where}: {first['msg']}", param=where) from None
+        raise _invalid("request", exc) from None
     _check_tool_choice(request)
     _check_continuation(request)
+    check_hint_sizes(request.hints())
     return request
 
 
 def parse_hint_delivery(raw: bytes) -> HintDelivery:
     """Validate a hint delivery body; raise a 400 :class:`APIError` naming what is wrong."""
     try:
-        return HintDelivery.model_validate_json(raw)
+        delivery = HintDelivery.model_validate_json(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise APIError(400, f"invalid hint delivery: {where}: {first['msg']}", param=where) from None
+        raise _invalid("hint delivery", exc) from None
+    check_hint_sizes(delivery.hints())
+    return delivery
+
+
+def check_hint_sizes(hints: list[tuple[str, str, str]]) -> None:
+    """A 413 naming the field when a hint passes :data:`MAX_HINT_BYTES`, or all ``(field, text, source)`` together
+    pass :data:`MAX_HINTS_BYTES`: drafting from a hint costs its request time, so hints are bounded like bodies."""
+    total = 0
+    for where, text, _ in hints:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_HINT_BYTES:
+            raise APIError(413, f"{where} is {size} bytes as a hint; a hint may have at most {MAX_HINT_BYTES}",
+                           code="hints_too_large", param=where)
+        total += size
+    if total > MAX_HINTS_BYTES:
+        fields = ", ".join(dict.fromkeys(where.rsplit(".", 1)[0] for where, _, _ in hints))
+        raise APIError(413, f"the hints ({fields}) have {total} bytes together; at most {MAX_HINTS_BYTES} are taken",
+                       code="hints_too_large", param=fields)
+
+
+def _invalid(what: str, exc: ValidationError) -> APIError:
+    """A 400 naming the first field of ``what`` that did not validate."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "body"
+    return APIError(400, f"invalid {what}: {where}: {first['msg']}", param=where)
 
 
 def _check_continuation(request: ChatRequest) -> None:

@@ -29,7 +29,7 @@ import anyio
 from agentspec.errors import ConfigError
 from agentspec.models.local import load_model, require
 from agentspec.models.registry import resolve
-from agentspec.serve.app import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TOKENS, create_app
+from agentspec.serve.app import DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TOKENS, create_app
 from agentspec.serve.engine import DEFAULT_PREFIX_CACHE_BYTES, Engine, PrefixCache
 from agentspec.serve.lifeline import exit_with_parent
 
@@ -98,9 +98,11 @@ def serve_command(args: argparse.Namespace) -> dict[str, Any]:
     )
     sock = _bind(args.host, args.port)
     max_request_bytes = getattr(args, "max_request_bytes", None) or DEFAULT_MAX_REQUEST_BYTES
-    server = _uvicorn_server(
-        create_app(engines, default_max_tokens=args.max_tokens, max_request_bytes=max_request_bytes)
-    )
+    max_queued = getattr(args, "max_queued_requests", None) or DEFAULT_MAX_QUEUED_REQUESTS
+    server = _uvicorn_server(create_app(
+        engines, default_max_tokens=args.max_tokens, max_request_bytes=max_request_bytes,
+        max_queued_requests=max_queued,
+    ))
 
     serve_until_stopped(server, sock, list(engines))
     return {"event": "stopped", "stats": {name: dataclasses.asdict(e.stats) for name, e in engines.items()}}
@@ -146,10 +148,11 @@ class ServerThread:
 
     def __init__(
         self, engines: dict[str, Engine], *, default_max_tokens: int = DEFAULT_MAX_TOKENS,
-        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, max_queued_requests: int = DEFAULT_MAX_QUEUED_REQUESTS,
     ) -> None:
         self.engines = engines
-        self._app = create_app(engines, default_max_tokens=default_max_tokens, max_request_bytes=max_request_bytes)
+        self._app = create_app(engines, default_max_tokens=default_max_tokens, max_request_bytes=max_request_bytes,
+                               max_queued_requests=max_queued_requests)
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None

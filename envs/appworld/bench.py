@@ -16,7 +16,9 @@ Three ways to act (``actions``), all function calling:
   ``execute_api(app_name, api_name, arguments)`` (a few tools whatever
   the apps; every ``execute_api`` is mutating, since effects go by tool name and it may call any API);
 * ``"code"`` (AppWorld's native loop): one tool, ``execute_code``: a Python block against ``apis.<app>.<api>``,
-  one block per step (mutating).
+  one block per step (mutating).  The agent's code can reach the worker process it runs in, so code actions run
+  one bubblewrap-jailed worker per branch (:mod:`envs.appworld.isolated`): a speculative fork's code cannot touch
+  live state; the API tools (code agentspec writes) keep every branch in one worker.
 
 The agent ends with ``done`` (AppWorld's ``apis.supervisor.complete_task`` is an ordinary, mutating API call).
 Gold calls come from the task's ``ground_truth/api_calls.json`` (AppWorld ships it where the ground truth is in
@@ -56,6 +58,7 @@ from agentspec.types import (
 )
 from envs.appworld.backend import AppWorldBackend, ToolCode
 from envs.appworld.effects import api_effect
+from envs.appworld.isolated import IsolatedAppWorldBackend
 
 __all__ = ["AppWorldBench", "AppWorldData", "AppWorldScore", "AppWorldTask", "completion_rates"]
 
@@ -420,8 +423,13 @@ class AppWorldBench:
         python = self.python
         root = Path(await anyio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix=f"agentspec-appworld-{task.id}-")))
         try:
-            (root / "data").symlink_to(self.data.data, target_is_directory=True)
-            backend = AppWorldBackend(python, root, task.id, self._tool_table(task), timeout_s=self.timeout_s)
+            backend: AppWorldBackend | IsolatedAppWorldBackend
+            if self.actions == "code":  # the agent's code runs in the worker: one jailed worker per branch
+                backend = IsolatedAppWorldBackend(python, root, self.data.data, task.id, self._tool_table(task),
+                                                  timeout_s=self.timeout_s)
+            else:
+                (root / "data").symlink_to(self.data.data, target_is_directory=True)
+                backend = AppWorldBackend(python, root, task.id, self._tool_table(task), timeout_s=self.timeout_s)
             async with backend:
                 yield backend
         finally:

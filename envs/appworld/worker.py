@@ -18,8 +18,14 @@ Running a call on a branch first swaps the world to it (backup out of the world,
 aliases live state; a snapshot is the frozen state of a branch; commit hands a fork's state to ``live``.
 
 Requests (``op``): ``open`` (task_id, experiment), ``execute`` (branch, code), ``snapshot`` (branch) -> snapshot,
-``fork`` (snapshot) -> branch, ``commit`` (branch), ``discard`` (branch), ``drop`` (snapshots), ``evaluate``,
-``close``.  Replies: ``{"id", "ok": true, ...}`` or ``{"id", "ok": false, "error": "..."}``.
+``fork`` (snapshot) -> branch, ``commit`` (branch), ``discard`` (branch), ``drop`` (snapshots), ``save`` (branch,
+path), ``load`` (path), ``evaluate``, ``close``.  Replies: ``{"id", "ok": true, ...}`` or ``{"id", "ok": false,
+"error": "..."}``.  An ``execute`` output longer than ``MAX_OUTPUT_CHARS`` is cut (and says so).
+
+Branches share this process, so they are isolated from each other's *calls* only while no call runs code of the
+agent's: that holds for the API tools (agentspec writes their code), not for code actions.  For those,
+``envs/appworld/isolated.py`` runs one jailed worker per branch, each holding only ``live``; ``save``/``load`` move a
+branch's state between processes as a file (the pickled :class:`State`, SQLite databases serialized).
 """
 
 from __future__ import annotations
@@ -28,12 +34,16 @@ import copy
 import itertools
 import json
 import os
+import pickle
 import random
 import sqlite3
 import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any, TextIO
+
+MAX_OUTPUT_CHARS = 1_000_000
+"""An ``execute`` output is cut to this many characters (the model could not read more, the pipe need not carry it)."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +161,10 @@ class Worker:
 
     def op_execute(self, branch: str, code: str) -> dict:
         self._switch(branch)
-        return {"output": self.world.execute(code)}
+        output = self.world.execute(code)
+        if len(output) > MAX_OUTPUT_CHARS:
+            output = f"{output[:MAX_OUTPUT_CHARS]}\n[output cut: {len(output) - MAX_OUTPUT_CHARS} more characters]"
+        return {"output": output}
 
     def op_snapshot(self, branch: str) -> dict:
         snapshot = f"snap-{next(self._ids)}"
@@ -187,6 +200,29 @@ class Worker:
     def op_drop(self, snapshots: list[str]) -> dict:
         for snapshot in snapshots:
             self.snapshots.pop(snapshot, None)
+        return {}
+
+    def op_save(self, branch: str, path: str) -> dict:
+        """Write ``branch``'s state to the file ``path`` (for :meth:`op_load` in another worker of the same task)."""
+        state = self._frozen(branch)
+        fields = {**state.__dict__, "dbs": {name: db.serialize() for name, db in state.dbs.items()}}
+        with open(path, "wb") as fh:
+            pickle.dump(fields, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        return {}
+
+    def op_load(self, path: str) -> dict:
+        """Make ``live`` the state saved in ``path`` (by :meth:`op_save` in a worker of the same task), dropping
+        every other branch and snapshot."""
+        with open(path, "rb") as fh:
+            fields = pickle.load(fh)  # noqa: S301 - written by a worker of this task, handed over by agentspec
+        dbs = {}
+        for name, data in fields.pop("dbs").items():
+            db = sqlite3.connect(":memory:", check_same_thread=False)
+            db.deserialize(data)
+            dbs[name] = db
+        self.branches, self.snapshots = {"live": State(dbs=dbs, **fields)}, {}
+        self.loaded = None
+        self._switch("live")
         return {}
 
     def op_evaluate(self) -> dict:

@@ -138,7 +138,8 @@ class GaiaBench:
     default_split = "validation"
 
     def __init__(self, data: GaiaData, *, levels: Sequence[int] | None = None, search: str | None = None,
-                 sandbox: Sandbox = "docker", **sandbox_options: Any) -> None:
+                 sandbox: Sandbox = "docker", fetch_allow: str | Sequence[str] | None = None,
+                 **sandbox_options: Any) -> None:
         if sandbox not in ("docker", "overlay", "copy", "none"):
             raise ConfigError(f"unknown sandbox {sandbox!r} for GAIA's Python tool (docker, overlay, copy or none)")
         self.data = data
@@ -149,13 +150,19 @@ class GaiaBench:
         corpus = data.root / "corpus"
         name = search or ("local" if corpus.is_dir() else None)
         # One cache per run: a page a speculative call fetched is not fetched again when the authority asks.
-        self.web: WebBackend | None = CachedWeb(web_backend(name, corpus if corpus.is_dir() else None)) if name else None
+        # fetch_page reaches public addresses only; fetch_allow names the local servers it may reach too.
+        self.web: WebBackend | None = (
+            CachedWeb(web_backend(name, corpus if corpus.is_dir() else None, fetch_allow=fetch_allow)) if name else None
+        )
 
     @classmethod
     def from_data_dir(cls, data_dir: str | Path | None = None, *, levels: str | Sequence[int] | None = None,
-                      search: str | None = None, backend: Sandbox = "docker", **ignored: Any) -> GaiaBench:
+                      search: str | None = None, backend: Sandbox = "docker", fetch_allow: str | None = None,
+                      **ignored: Any) -> GaiaBench:
         """The user's GAIA folder (``--data-dir`` or ``$AGENTSPEC_GAIA_DATA``); ``levels`` like ``"1,2"``;
-        ``backend`` is the Python tool's sandbox (``--backend``)."""
+        ``backend`` is the Python tool's sandbox (``--backend``); ``fetch_allow`` (``--bench-option
+        fetch_allow=127.0.0.1:8080,[::1]:8080``) the non-public servers ``fetch_page`` may reach, such as a
+        local search corpus server."""
         if isinstance(levels, str):
             try:
                 levels = [int(level) for level in levels.split(",") if level.strip()]
@@ -163,7 +170,7 @@ class GaiaBench:
                 raise ConfigError(f"--level {levels!r}: give levels 1, 2 or 3, comma-separated") from None
         if levels and any(level not in (1, 2, 3) for level in levels):
             raise ConfigError(f"--level {levels}: GAIA's levels are 1, 2 and 3")
-        return cls(GaiaData.locate(data_dir), levels=levels, search=search, sandbox=backend)
+        return cls(GaiaData.locate(data_dir), levels=levels, search=search, sandbox=backend, fetch_allow=fetch_allow)
 
     # --- the Bench protocol --------------------------------------------------------
 
@@ -264,8 +271,20 @@ class GaiaBench:
         return lines
 
     def score_answers(self, path: str | Path, *, split: str) -> dict[str, Any]:
-        """A submission file (``task_id``, ``model_answer`` per line) scored against the split's answers."""
-        return score(self.tasks(split), read_answers(path))
+        """A submission file (``task_id``, ``model_answer`` per line) scored against the split's answers.
+
+        A task the file does not answer is wrong; a file that answers none of the split's tasks is a ConfigError
+        naming it (the wrong split or data folder, most likely), not an accuracy of 0.
+        """
+        answers = read_answers(path)
+        tasks = self.tasks(split)
+        if not any(task.id in answers for task in tasks):
+            first = next(iter(answers))
+            raise ConfigError(
+                f"{path}: none of its {len(answers)} task ids (first {first!r}) is a task of GAIA split {split!r} "
+                f"in {self.data.root}; check --split and --data-dir"
+            )
+        return score(tasks, answers)
 
 
 def _copy_attachment(task: GaiaTask, folder: Path) -> None:

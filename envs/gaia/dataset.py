@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,8 +167,8 @@ def _pick(tasks: list[GaiaTask], task_ids: Sequence[str], split: str) -> list[Ga
     return [by_id[task_id] for task_id in task_ids]
 
 
-def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line number, parsed value)`` for each non-blank line; malformed JSON raises DataError."""
+def _json_lines(path: Path, parse: Callable[[str], Any] = json.loads) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed value)`` for each non-blank line; a line ``parse`` refuses raises DataError."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -177,9 +177,15 @@ def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            yield number, json.loads(line)
+            value = parse(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{path} line {number}: not valid JSON ({exc.msg})") from exc
+        except ValueError as exc:  # what ``parse`` refuses beyond the JSON grammar
+            raise DataError(f"{path} line {number}: not valid JSON ({exc})") from exc
+        except RecursionError:
+            # json's decoder recurses once per level: a deeply nested line is refused, not a traceback.
+            raise DataError(f"{path} line {number}: nested too deeply to be a GAIA record") from None
+        yield number, value
 
 
 def _read_metadata(path: Path) -> list[GaiaTask]:
@@ -202,11 +208,7 @@ def _parse_task(record: Any, folder: Path, where: str) -> GaiaTask:
     task_id = _required_text(record, "task_id", where)
     answer = _optional_text(record, "Final answer", where)
     file_name = _optional_text(record, "file_name", where) or None
-    file_path = None
-    if file_name is not None:
-        file_path = (folder / file_name).resolve()
-        if not file_path.is_file():
-            raise DataError(f"GAIA task {task_id!r} names the attachment {file_name!r}, missing at {file_path}")
+    file_path = None if file_name is None else _attachment_path(folder, file_name, task_id, where)
     return GaiaTask(
         id=task_id,
         question=_required_text(record, "Question", where),
@@ -216,6 +218,28 @@ def _parse_task(record: Any, folder: Path, where: str) -> GaiaTask:
         file_path=file_path,
         gold_calls=_gold_calls(record.get(GOLD_CALLS_KEY, []), task_id, where),
     )
+
+
+def _attachment_path(folder: Path, file_name: str, task_id: str, where: str) -> Path:
+    """The attachment's real path, which must be a file inside ``folder`` (the split's folder).
+
+    A metadata line comes with downloaded data, so it is not trusted to point anywhere else: an absolute
+    path, ``..`` or a symlink that leads out of the folder is refused (symlinks inside it are fine).
+    """
+    try:
+        base = folder.resolve(strict=True)
+        path = (base / file_name).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL byte in the name
+        problem = f"the attachment {file_name!r} of task {task_id!r} cannot be resolved ({exc})"
+        raise DataError(f"{where}: {problem}") from exc
+    if not path.is_relative_to(base):
+        raise DataError(
+            f"{where}: the attachment {file_name!r} of task {task_id!r} leads outside the data folder {base} "
+            f"(to {path}); attachments must be files beside {METADATA}"
+        )
+    if not path.is_file():
+        raise DataError(f"GAIA task {task_id!r} names the attachment {file_name!r}, missing at {path}")
+    return path
 
 
 def _required_text(record: dict[str, Any], key: str, where: str) -> str:
@@ -262,31 +286,49 @@ def _gold_calls(value: Any, task_id: str, where: str) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
+class _NumberText(str):
+    """A JSON number as it is written in the file (``4.50``, ``1e999``), before any float conversion."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number; write the answer as a string")
+
+
+def _parse_answer_line(line: str) -> Any:
+    # Numbers keep their text: float("1e999") would turn the answer into "inf". NaN and Infinity are
+    # not JSON (Python's json reads them by default) and are refused like any other malformed line.
+    return json.loads(line, parse_int=_NumberText, parse_float=_NumberText, parse_constant=_refuse_constant)
+
+
 def read_answers(path: str | Path) -> dict[str, str]:
     """Read a leaderboard submission: one ``{"task_id": ..., "model_answer": ...}`` object per line.
 
-    Extra keys (``reasoning_trace``...) are ignored; a numeric ``model_answer`` is read as its JSON text.
-    A missing file, a malformed line or a task answered twice raises ConfigError naming the line.
+    Extra keys (``reasoning_trace``...) are ignored; a numeric ``model_answer`` is read as the text it is written
+    as (``1e999`` stays ``"1e999"``: GAIA's rules score it, and it equals no numeric answer). A missing or empty
+    file, a malformed line (``NaN`` and ``Infinity`` are not JSON) or a task answered twice raises ConfigError
+    naming the file and line.
     """
     path = Path(path).expanduser()
     if not path.is_file():
         raise ConfigError(f"answers file not found: {path}")
     answers: dict[str, str] = {}
-    for number, record in _json_lines(path):
+    for number, record in _json_lines(path, _parse_answer_line):
         where = f"{path} line {number}"
         if not isinstance(record, dict):
             raise DataError(f"{where}: expected a JSON object with 'task_id' and 'model_answer'")
         task_id = _required_text(record, "task_id", where)
+        if isinstance(task_id, _NumberText):
+            raise DataError(f"{where}: field 'task_id' must be a non-empty string, got {task_id}")
         if "model_answer" not in record:
             raise DataError(f"{where}: missing the required field 'model_answer'")
         answer = record["model_answer"]
-        if isinstance(answer, (int, float)) and not isinstance(answer, bool):
-            answer = str(answer)
         if not isinstance(answer, str):
             raise DataError(f"{where}: field 'model_answer' must be a string, got {answer!r}")
         if task_id in answers:
             raise DataError(f"{where}: task {task_id!r} is answered twice")
-        answers[task_id] = answer
+        answers[task_id] = str(answer)
+    if not answers:
+        raise DataError(f"{path}: the answers file is empty (expected one JSON object with task_id and model_answer per line)")
     return answers
 
 

@@ -11,13 +11,17 @@ rule applies, checked in this order:
 3. **String.**  Anything else: both sides with whitespace removed, lowercased and ``string.punctuation``
    removed.
 
-A missing (``None``) or blank model answer is always wrong.  Rule 1 is tried first, but ``float("1,000")``
+A missing (``None``) or blank model answer is always wrong.  Non-finite numbers are not numbers here: an answer
+that parses as ``inf`` or ``nan`` (``"1e999"``, ``"NaN"``) never matches a numeric ground truth, and a ground
+truth such as ``"Nan"`` (a name) or ``"Infinity"`` is compared as a string.  GAIA's own scorer calls ``float()``
+on such a ground truth, so no answer could ever match it there; here the word matches itself.  Rule 1 is tried first, but ``float("1,000")``
 fails, so a ground truth written with a thousands separator is a *two*-element list (``1`` and ``000``):
 only an answer with the same comma matches it, and ``"1000"`` is wrong.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import string
 
@@ -81,20 +85,17 @@ def question_scorer(model_answer: str | None, ground_truth: str) -> bool:
 
 
 def _is_number(text: str) -> bool:
+    """Whether ``text`` is a finite number (``"inf"``, ``"nan"`` and ``"1e999"`` are not)."""
     try:
-        float(text)
+        return math.isfinite(float(text))
     except ValueError:
         return False
-    return True
 
 
 def _number_matches(model_answer: str, expected: float) -> bool:
     """Rule 1: the answer, stripped of ``$ % ,``, must parse as a float equal to ``expected``."""
     cleaned = _NUMBER_NOISE.sub("", model_answer)
-    try:
-        return float(cleaned) == expected
-    except ValueError:
-        return False
+    return _is_number(cleaned) and float(cleaned) == expected
 
 
 def _list_matches(model_answer: str, ground_truth: str) -> bool:

@@ -25,17 +25,22 @@ Example::
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
+import socket
 import sqlite3
 import threading
+import time
+import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
+from urllib.parse import unquote
 
 import httpx
 
@@ -52,7 +57,10 @@ __all__ = [
     "TavilySearch",
     "WebBackend",
     "fetch_url",
+    "host_literal",
     "html_to_text",
+    "non_public_reason",
+    "parse_fetch_allow",
     "web_backend",
 ]
 
@@ -363,6 +371,205 @@ def _is_html(content_type: str, body: bytes) -> bool:
     return not content_type and head.startswith((b"<!doctype html", b"<html"))
 
 
+# --------------------------------------------------------------------------- fetching pages safely
+
+#: Redirects followed per fetch; each hop is resolved and checked like the first URL.
+MAX_REDIRECTS = 10
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# NAT64 (RFC 6052) and IPv4-compatible IPv6 addresses carry an IPv4 address in their last 32 bits.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_NUMBER_PART = re.compile(r"0[xX][0-9a-fA-F]*|0[0-7]*|[1-9][0-9]*")
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def non_public_reason(address: IPAddress) -> str | None:
+    """Why ``address`` is not a public internet address (``"loopback"``, ``"private"``...); None when it is.
+
+    IPv6 addresses that carry an IPv4 address (IPv4-mapped ``::ffff:a.b.c.d``, 6to4, Teredo, NAT64,
+    IPv4-compatible) are judged by that address too, so ``::ffff:127.0.0.1`` is loopback::
+
+        >>> non_public_reason(ipaddress.ip_address("::ffff:127.0.0.1"))
+        'loopback (inside the IPv6 address ::ffff:7f00:1)'
+        >>> non_public_reason(ipaddress.ip_address("93.184.215.14")) is None
+        True
+    """
+    if isinstance(address, ipaddress.IPv6Address):
+        for inner in _embedded_ipv4(address):
+            reason = non_public_reason(inner)
+            if reason is not None:
+                return f"{reason} (inside the IPv6 address {address})"
+    checks = (
+        ("unspecified", address.is_unspecified),
+        ("loopback", address.is_loopback),
+        ("link-local", address.is_link_local),
+        ("multicast", address.is_multicast),
+        ("private", address.is_private),
+        ("reserved", address.is_reserved),
+        ("site-local", isinstance(address, ipaddress.IPv6Address) and address.is_site_local),
+        ("not globally routable", not address.is_global),
+    )
+    return next((reason for reason, hit in checks if hit), None)
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    found = [address.ipv4_mapped, address.sixtofour, *(address.teredo or ())]
+    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
+        found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return [inner for inner in found if inner is not None]
+
+
+def host_literal(host: str) -> IPAddress | None:
+    """The address ``host`` spells without DNS, or None for a name.
+
+    Besides dotted quads and IPv6, the forms C's ``inet_aton`` (and so the system resolver) accepts count:
+    one to four parts, each decimal, octal (leading ``0``) or hex (``0x``), the last filling the
+    remaining bytes. A host made only of such numbers that is out of range raises :class:`FetchError`::
+
+        >>> str(host_literal("2130706433")), str(host_literal("0x7f.1")), str(host_literal("0177.0.0.01"))
+        ('127.0.0.1', '127.0.0.1', '127.0.0.1')
+        >>> host_literal("example.org") is None
+        True
+    """
+    text = unquote(host).strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        pass
+    parts = (text[:-1] if text.endswith(".") else text).split(".")
+    if not all(_NUMBER_PART.fullmatch(part) for part in parts):
+        return None  # a name: the resolver decides what it means
+    values = [_number_part(part) for part in parts]
+    if len(parts) > 4 or any(v > 255 for v in values[:-1]) or values[-1] >= 256 ** (5 - len(parts)):
+        raise FetchError(f"refused to fetch from {host!r}: a number that is not a valid IPv4 address")
+    number = values[-1]
+    for index, value in enumerate(values[:-1]):
+        number += value << (8 * (3 - index))
+    return ipaddress.IPv4Address(number)
+
+
+def _number_part(part: str) -> int:
+    if part[:2].lower() == "0x":
+        return int(part[2:] or "0", 16)
+    return int(part, 8) if part.startswith("0") else int(part)
+
+
+def parse_fetch_allow(pairs: str | Iterable[str] | None) -> frozenset[tuple[IPAddress, int]]:
+    """The ``HOST:PORT`` pairs a fetch may reach although they are not public (a local search corpus server).
+
+    Each host is an IP address (``127.0.0.1:8080``, ``[::1]:8080``), so the opt-in names exactly one
+    server; a string may hold several, comma-separated. Anything else raises :class:`ConfigError`::
+
+        >>> sorted(str(ip) + f":{port}" for ip, port in parse_fetch_allow("127.0.0.1:8080, [::1]:8080"))
+        ['127.0.0.1:8080', '::1:8080']
+    """
+    if pairs is None:
+        return frozenset()
+    items = pairs.split(",") if isinstance(pairs, str) else list(pairs)
+    allowed: set[tuple[IPAddress, int]] = set()
+    for item in (entry.strip() for entry in items):
+        if not item:
+            continue
+        match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([0-9.]+):(\d{1,5})", item)
+        try:
+            if match is None:
+                raise ValueError
+            address = ipaddress.ip_address(match.group(1) or match.group(3))
+            port = int(match.group(2) or match.group(4))
+            if not 0 < port < 65536:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(
+                f"fetch_allow {item!r}: give IP:PORT pairs such as 127.0.0.1:8080 or [::1]:8080 (an address, "
+                "not a name, so exactly one server is let through)"
+            ) from None
+        allowed.add((address, port))
+    return frozenset(allowed)
+
+
+def _pair(address: IPAddress, port: int) -> str:
+    return f"{address}:{port}" if address.version == 4 else f"[{address}]:{port}"
+
+
+def _checked_address(url: httpx.URL, allow: frozenset[tuple[IPAddress, int]]) -> str:
+    """The address to connect to for ``url``: resolved once, every answer public or allowed, else FetchError."""
+    host = url.raw_host.decode("ascii")
+    port = url.port or _DEFAULT_PORTS[url.scheme]
+    literal = host_literal(host)
+    if literal is not None:
+        addresses = [literal]
+    else:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as e:
+            raise FetchError(f"cannot fetch {url}: the host {host!r} does not resolve ({e})") from e
+        # A scope id (fe80::1%eth0) is not part of the address; the address alone decides.
+        addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
+    for address in addresses:
+        reason = non_public_reason(address)
+        if reason is not None and (address, port) not in allow:
+            shown = host if literal is not None else f"{host} (resolves to {address})"
+            raise FetchError(
+                f"refused to fetch {url}: {shown} is not a public address ({reason}); only public internet "
+                f"addresses are fetched (a local search corpus server is let through with fetch_allow={_pair(address, port)})"
+            )
+    if not addresses:
+        raise FetchError(f"cannot fetch {url}: the host {host!r} has no address")
+    return str(addresses[0])
+
+
+class _Watchdog:
+    """Shuts the fetch's sockets when its deadline passes.
+
+    httpx's timeouts are per read, so a server that sends one byte every few seconds never trips them; shutting
+    the socket down wakes the blocked read at once, whichever phase (headers or body) it is in. The sockets
+    are learnt from httpx's ``trace`` extension, which also checks each connection goes to the checked address.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.fired = False
+        self.address: str | None = None
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(seconds, 0.0), self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        if event.endswith("connect_tcp.started") and info.get("host") != self.address:
+            # Never reached: the URL holds the checked address. If httpx ever resolved on its own, stop here.
+            raise FetchError(f"refused to connect to {info.get('host')!r}: not the checked address {self.address}")
+        if event.endswith("connect_tcp.complete"):
+            sock = info["return_value"].get_extra_info("socket")
+            with self._lock:
+                self._sockets.append(sock)
+                if self.fired:
+                    _shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed: the fetch finished
+
+
 def fetch_url(
     url: str,
     max_chars: int = 20_000,
@@ -370,41 +577,143 @@ def fetch_url(
     timeout: float = DEFAULT_TIMEOUT_S,
     max_bytes: int = DEFAULT_MAX_FETCH_BYTES,
     transport: httpx.BaseTransport | None = None,
+    allow: str | Iterable[str] | frozenset[tuple[IPAddress, int]] = frozenset(),
 ) -> str:
     """GET ``url`` (following redirects) and return its visible text, cut to ``max_chars``.
 
     HTML becomes text (:func:`html_to_text`); ``text/*``, JSON and XML come back as they are; any
     other content type (PDF, images...) raises :class:`FetchError`, as do HTTP errors (with the
     status), timeouts and network failures. The download stops after ``max_bytes``.
+
+    Only public internet addresses are fetched: at every hop (redirects included) the host is resolved
+    once, refused if any of its addresses is loopback, private, link-local, multicast, reserved or
+    otherwise not public (IPv6 forms and numeric hosts such as ``2130706433`` included), and the
+    connection goes to the address that was checked, so DNS cannot answer differently the second time.
+    ``allow`` lets given ``IP:PORT`` pairs through (see :func:`parse_fetch_allow`). ``timeout`` bounds
+    the whole fetch, redirects and a slowly dripping body included.
     """
     _check_max_chars(max_chars)
     if not url.startswith(("http://", "https://")):
         raise FetchError(f"cannot fetch {url!r}: only http:// and https:// URLs are supported")
+    allowed = allow if isinstance(allow, frozenset) else parse_fetch_allow(allow)
+    deadline = time.monotonic() + timeout
     try:
-        with httpx.Client(
-            timeout=timeout, follow_redirects=True, transport=transport, headers={"User-Agent": USER_AGENT}
-        ) as client, client.stream("GET", url) as response:
-            if response.status_code >= 400:
-                raise FetchError(f"fetching {url} failed: HTTP {response.status_code}", response.status_code)
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body.extend(chunk)
-                if len(body) >= max_bytes:
-                    break
-            content_type = response.headers.get("content-type", "").lower()
-            encoding = response.charset_encoding or "utf-8"
-    except httpx.TimeoutException as e:
-        raise FetchError(f"fetching {url} timed out after {timeout:g}s") from e
-    except httpx.HTTPError as e:
-        raise FetchError(f"fetching {url} failed: {type(e).__name__}: {e}") from e
-    data = bytes(body[:max_bytes])
-    if _is_html(content_type, data):
-        text = html_to_text(data.decode(encoding, errors="replace"))
+        target = httpx.URL(url)
+    except httpx.InvalidURL as e:
+        raise FetchError(f"cannot fetch {url!r}: {e}") from e
+    with _Watchdog(timeout) as watchdog:
+        try:
+            for _ in range(MAX_REDIRECTS + 1):
+                fetched = _fetch_hop(target, allowed, watchdog, deadline, max_bytes, transport)
+                if isinstance(fetched, httpx.URL):
+                    target = fetched
+                    continue
+                body, content_type, encoding = fetched
+                break
+            else:
+                raise FetchError(f"fetching {url} failed: more than {MAX_REDIRECTS} redirects")
+        except httpx.TimeoutException as e:
+            raise FetchError(f"fetching {url} timed out after {timeout:g}s") from e
+        except httpx.HTTPError as e:
+            if watchdog.fired:
+                raise FetchError(f"fetching {url} timed out after {timeout:g}s (the whole download)") from e
+            raise FetchError(f"fetching {url} failed: {type(e).__name__}: {e}") from e
+    if _is_html(content_type, body):
+        text = html_to_text(body.decode(encoding, errors="replace"))
     elif not content_type or content_type.startswith("text/") or "json" in content_type or "xml" in content_type:
-        text = data.decode(encoding, errors="replace")
+        text = body.decode(encoding, errors="replace")
     else:
         raise FetchError(f"cannot read {url}: content type {content_type.split(';')[0]} is not text")
     return text[:max_chars]
+
+
+def _fetch_hop(
+    url: httpx.URL,
+    allow: frozenset[tuple[IPAddress, int]],
+    watchdog: _Watchdog,
+    deadline: float,
+    max_bytes: int,
+    transport: httpx.BaseTransport | None,
+) -> httpx.URL | tuple[bytes, str, str]:
+    """One request: the redirect's next URL, or (body, content type, encoding) of the answer."""
+    if url.scheme not in _DEFAULT_PORTS:
+        raise FetchError(f"cannot fetch {url}: only http:// and https:// URLs are supported")
+    address = _checked_address(url, allow)
+    watchdog.address = address
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise FetchError(f"fetching {url} timed out (the whole download)")
+    host = url.raw_host.decode("ascii")
+    # The request goes to the checked address; Host and TLS (SNI, certificate check) still use the name.
+    extensions: dict[str, Any] = {"trace": watchdog.trace}
+    if url.scheme == "https":
+        extensions["sni_hostname"] = host
+    headers = {"User-Agent": USER_AGENT, "Host": url.netloc.decode("ascii")}
+    # trust_env=False: a proxy from the environment would make the connection somewhere unchecked.
+    with httpx.Client(timeout=remaining, transport=transport, trust_env=False) as client, client.stream(
+        "GET", url.copy_with(host=address), headers=headers, extensions=extensions
+    ) as response:
+        if response.status_code in _REDIRECTS and "location" in response.headers:
+            return url.join(response.headers["location"])
+        if response.status_code >= 400:
+            raise FetchError(f"fetching {url} failed: HTTP {response.status_code}", response.status_code)
+        body = _read_body(response, url, max_bytes)
+        if watchdog.fired:
+            raise FetchError(f"fetching {url} timed out (the whole download)")
+        content_type = response.headers.get("content-type", "").lower()
+        return body, content_type, response.charset_encoding or "utf-8"
+
+
+#: zlib ``wbits`` for each content coding we decode; "deflate" may also come raw (see :class:`_Inflater`).
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+class _Inflater:
+    """Decodes one gzip/deflate layer without ever producing more than it is asked for."""
+
+    def __init__(self, coding: str) -> None:
+        self._coding = coding
+        self._inflater = zlib.decompressobj(_WBITS[coding])
+        self._started = False
+
+    def decode(self, chunk: bytes, limit: int) -> bytes:
+        """At most ``limit`` (> 0) decoded bytes of ``chunk``; input past that is dropped (the read stops there)."""
+        try:
+            out = self._inflater.decompress(chunk, limit)
+        except zlib.error:
+            if self._coding != "deflate" or self._started:
+                raise
+            # Some servers send "deflate" as a raw deflate stream without the zlib header (httpx accepts it too).
+            self._inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+            out = self._inflater.decompress(chunk, limit)
+        self._started = True
+        return out
+
+
+def _read_body(response: httpx.Response, url: httpx.URL, max_bytes: int) -> bytes:
+    """The decoded body, at most ``max_bytes`` of it, however small the compressed answer.
+
+    httpx's own decoding inflates a whole network chunk before anyone can count it, and stacks one decoder per
+    listed coding, so a few hundred bytes of ``gzip, gzip`` become hundreds of megabytes. Here the raw bytes are
+    inflated with an output limit, and only one gzip/deflate layer is accepted.
+    """
+    listed = response.headers.get_list("content-encoding", split_commas=True)
+    codings = [c for c in (v.strip().lower() for v in listed) if c and c != "identity"]
+    if len(codings) > 1 or (codings and codings[0] not in _WBITS):
+        raise FetchError(f"cannot read {url}: unsupported content encoding {', '.join(codings)!r}")
+    inflater = _Inflater(codings[0]) if codings else None
+    body = bytearray()
+    try:
+        for chunk in response.iter_raw():
+            left = max_bytes - len(body)
+            if left <= 0:  # checked before decoding too: zlib reads max_length=0 as "no limit"
+                break
+            body.extend(inflater.decode(chunk, left) if inflater else chunk[:left])
+            if len(body) >= max_bytes:
+                break
+    except zlib.error as e:
+        raise FetchError(f"cannot read {url}: its {codings[0]} body is corrupt ({e})") from e
+    return bytes(body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,8 +743,11 @@ class _HostedSearch(ABC):
         timeout: float = DEFAULT_TIMEOUT_S,
         max_fetch_bytes: int = DEFAULT_MAX_FETCH_BYTES,
         transport: httpx.BaseTransport | None = None,
+        fetch_allow: str | Iterable[str] | None = None,
     ) -> None:
         self.name: str = self._api.name
+        # Pages come from wherever search results point; the API itself is the operator's choice (base_url).
+        self.fetch_allow = parse_fetch_allow(fetch_allow)
         key = api_key if api_key is not None else os.environ.get(self._api.key_var, "")
         if not key.strip():
             raise ConfigError(
@@ -494,9 +806,10 @@ class _HostedSearch(ABC):
         return self._results(payload)[:k]
 
     def fetch(self, url: str, max_chars: int = 20_000) -> str:
-        """GET ``url`` and return its visible text (see :func:`fetch_url`)."""
+        """GET ``url`` and return its visible text (see :func:`fetch_url`; public addresses and ``fetch_allow``)."""
         return fetch_url(
-            url, max_chars, timeout=self.timeout, max_bytes=self.max_fetch_bytes, transport=self._transport
+            url, max_chars, timeout=self.timeout, max_bytes=self.max_fetch_bytes, transport=self._transport,
+            allow=self.fetch_allow,
         )
 
 
@@ -659,11 +972,17 @@ def _unwrap(outcome: _T | ConfigError) -> _T:
     return outcome
 
 
-def web_backend(name: str, corpus: Path | None = None) -> WebBackend:
+def web_backend(
+    name: str, corpus: Path | None = None, *, fetch_allow: str | Iterable[str] | None = None
+) -> WebBackend:
     """Build the backend called ``name``: ``local`` (needs ``corpus``), ``brave``, ``serper`` or ``tavily``.
 
-    Hosted backends read their API key and base URL from the environment (see each class).
+    Hosted backends read their API key and base URL from the environment (see each class); their
+    ``fetch`` reaches only public addresses, and the ``IP:PORT`` pairs in ``fetch_allow``
+    (a local search corpus server; see :func:`parse_fetch_allow`).
     """
+    allowed = sorted(parse_fetch_allow(fetch_allow), key=str)  # checked here, whichever backend is built
+    pairs = [_pair(ip, port) for ip, port in allowed]
     key = name.strip().lower()
     if key == "local":
         if corpus is None:
@@ -672,4 +991,4 @@ def web_backend(name: str, corpus: Path | None = None) -> WebBackend:
     hosted: dict[str, type[_HostedSearch]] = {"brave": BraveSearch, "serper": SerperSearch, "tavily": TavilySearch}
     if key not in hosted:
         raise ConfigError(f"unknown web backend {name!r}; choose one of: {', '.join(BACKENDS)}")
-    return hosted[key]()
+    return hosted[key](fetch_allow=pairs)

@@ -9,7 +9,6 @@ initialisation and evaluation call by name.
 from __future__ import annotations
 
 from collections.abc import Callable
-
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,8 +19,8 @@ from agentspec.types import Effect
 from envs.tau2_telecom.user_data_model import (
     DEFAULT_VPN_PROTOCOL,
     DEFAULT_VPN_SERVER,
-    APNSettings,
     ApnName,
+    APNSettings,
     AppPermissions,
     NetworkModePreference,
     NetworkStatus,

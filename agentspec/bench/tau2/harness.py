@@ -19,7 +19,14 @@ from typing import Any, Protocol
 from agentspec.bench.episode import Episode
 from agentspec.bench.protocol import solo_calls
 from agentspec.bench.tau2.evaluator import Evaluation, evaluate
-from agentspec.bench.tau2.orchestrator import AGENT_STOP_TOKEN, DONE_TOOL, GREETING, USER_STOP_TOKENS, Orchestrator, Party
+from agentspec.bench.tau2.orchestrator import (
+    AGENT_STOP_TOKEN,
+    DONE_TOOL,
+    GREETING,
+    USER_STOP_TOKENS,
+    Orchestrator,
+    Party,
+)
 from agentspec.bench.tau2.parties import LLMParty, Script, ScriptedParty
 from agentspec.errors import AgentSpecError, ConfigError
 from agentspec.models import ModelClient

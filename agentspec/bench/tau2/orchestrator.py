@@ -138,7 +138,7 @@ class Orchestrator:
     def _last_caller(self) -> Requestor:
         role = self.trajectory.messages[-1].role
         assert role in ("assistant", "user"), "the environment only answers tool-call messages"
-        return role  # type: ignore[return-value]
+        return role
 
     def _check_termination(self, stopped: TerminationReason | None) -> None:
         traj = self.trajectory

@@ -1,0 +1,60 @@
+"""``agentspec speculator fit|score``: a learned speculator, fitted on trajectories and scored on held-out tasks
+(handlers: :mod:`agentspec.speculator.command`).
+
+    agentspec speculator fit --bench tau2-telecom --split train --data-dir DIR --out runs/spec.json
+    agentspec speculator score --bench tau2-telecom --split test --speculator runs/spec.json [--lookahead]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentspec.cli.flags import POSITIVE, add_data_dir, add_unverified_data, number
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``speculator`` with its ``fit`` and ``score`` subcommands."""
+    speculator = sub.add_parser("speculator", help="fit or score a learned speculator (no model: tables from past runs)")
+    commands = speculator.add_subparsers(dest="speculator_command", required=True)
+
+    fit = commands.add_parser("fit", help="fit a speculator on a split's gold calls and earlier runs")
+    fit.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
+    fit.add_argument("--split", default="train", help="the split to fit on (its gold calls; --runs episodes of its tasks)")
+    fit.add_argument("--runs", nargs="+", default=[], metavar="DIR",
+                     help="run folders (or results.json files) whose successful episodes it also learns from")
+    fit.add_argument("--no-gold", action="store_true", help="fit on --runs only, not the split's gold calls")
+    fit.add_argument("--min-reward", type=number(float, ge=0, le=1), default=1.0,
+                     help="a run episode counts as successful from this reward")
+    fit.add_argument("--seed", type=number(int, ge=0), default=0, help="recorded in the artifact")
+    add_data_dir(fit)
+    add_unverified_data(fit)
+    fit.add_argument("--out", required=True, help="the speculator file to write, e.g. runs/spec.json (the same "
+                     "inputs give the same bytes)")
+    fit.set_defaults(handler="agentspec.cli.speculator:on_data", on_data="fit_command")
+
+    score = commands.add_parser("score", help="replay a split's reference calls and score the next-call guesses")
+    score.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
+    score.add_argument("--split", required=True, help="the split to score (none of its tasks may be in the fit)")
+    score.add_argument("--speculator", metavar="FILE", help="a file written by `agentspec speculator fit`")
+    score.add_argument("--folds", type=number(int, ge=2), default=None,
+                       help="instead of --speculator: K-fold cross-validation on the split itself")
+    score.add_argument("--lookahead", action="store_true",
+                       help="let the speculator run its read-only look-ahead calls (in a fork) before guessing")
+    score.add_argument("--learn-online", action="store_true",
+                       help="learn from each task once it is scored (in order), as a run's --learn-online does")
+    score.add_argument("--limit", type=POSITIVE, default=None, help="score at most N tasks of the split")
+    score.add_argument("--seed", type=number(int, ge=0), default=0, help="seeds the --folds shuffle")
+    add_data_dir(score)
+    add_unverified_data(score)
+    score.set_defaults(handler="agentspec.cli.speculator:on_data", on_data="score_command")
+
+
+def on_data(args: Any) -> dict[str, Any]:
+    """Run ``args.on_data`` of :mod:`agentspec.speculator.command` on the bench's data (custom data within
+    ``--unverified-data``), its JSON line with ``data_verified`` and the files' sha256 where the data is pinned."""
+    from agentspec.bench.commands import data_summary
+    from agentspec.data import unverified_data
+    from agentspec.speculator import command
+
+    with unverified_data(args.unverified_data):
+        return getattr(command, args.on_data)(args) | data_summary(args)

@@ -1,0 +1,305 @@
+"""The governor: speculation never makes an agent slower.
+
+A speculator that shares the authority's machine (a model on the same cores) slows the authority's decisions while
+it runs; a speculator that rarely guesses right saves little.  The governor measures both during a run, per
+speculator, and pauses one whose cost exceeds its saving:
+
+* **cost**: how much longer the authority's decisions take while the speculator runs.  Each decision is observed
+  with the share of its time each speculator had a request in flight (:meth:`Governor.speculating`); the decisions
+  no speculator overlapped are the baseline.  A speculator's slowdown is (mean duration of the decisions it
+  overlapped - the baseline's mean) per unit of overlap, and its cost that slowdown times the overlap it had in all,
+  plus any time the authority waited for its guess (:meth:`observe_wait`, draft-first).
+* **saving**: tool time its committed drafts hid (:meth:`observe_saving`) and authority decisions its drafts made
+  unnecessary (:meth:`observe_skipped`, valued at the baseline's mean decision time).
+
+A verdict needs evidence (``min_overlapped`` decisions the speculator overlapped and ``min_clean`` baseline ones)
+and a margin: the speculator is paused only when the lower confidence bound of its cost (``z`` standard errors
+below the estimate) exceeds its saving.  While no baseline exists, the governor asks the executor to hold
+speculation for one decision in ``hold_every`` (:meth:`Governor.hold`), which is how it gets one.  A paused speculator
+may be re-probed after ``reprobe_after`` decisions (its overlap evidence starts again).
+
+One governor serves a whole mode (every task, also concurrent ones): the evidence accumulates across tasks.  It
+only observes and decides; the executor (:class:`~agentspec.runtime.executor.ExecutionLoop`) tells it what
+happened, and :class:`SpeculatorPanel` asks only the speculators it lets run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from agentspec.runtime.policies import Decision, History, Policy
+
+CLEAN = 0.05
+"""A decision is a baseline sample when no speculator was busy for more than this share of it."""
+OVERLAPPED = 0.25
+"""A decision counts as overlapped by a speculator busy for at least this share of it (and no other busy)."""
+
+
+@dataclass(frozen=True)
+class GovernorConfig:
+    """How much evidence a verdict needs, and how sure it must be."""
+
+    min_overlapped: int = 4
+    min_clean: int = 3
+    confidence: float = 0.95
+    """One-sided: the cost estimate is lowered by Student's t quantile (0.95 or 0.99) times its standard error
+    before it is compared with the saving; few samples mean a wide margin."""
+    margin: float = 0.05
+    """And the cost's lower bound must exceed the saving by this share of the authority's decision time so far
+    (at the baseline's pace): a speculator costing a few milliseconds in noise is not worth a verdict."""
+    hold_every: int | None = 2
+    """Once a speculator has ``min_overlapped`` overlapped decisions but baseline ones are missing: hold
+    speculation for one decision in this many until there are ``min_clean`` (None: never hold)."""
+    reprobe_after: int | None = None
+    """Let a paused speculator run again after this many decisions (None: it stays paused for the mode)."""
+    pauses: bool = True
+    """Whether a verdict pauses a speculator; False only measures and reports (the virtual clock, where a
+    speculator cannot slow the authority and a difference between decisions is only their own length)."""
+
+
+@dataclass
+class _Busy:
+    """A speculator's busy clock: seconds it had at least one request in flight."""
+
+    in_flight: int = 0
+    since: float = 0.0
+    total: float = 0.0
+
+    def clock(self, now: float) -> float:
+        return self.total + (now - self.since if self.in_flight else 0.0)
+
+
+@dataclass
+class _Account:
+    """What the governor knows of one speculator."""
+
+    busy: _Busy = field(default_factory=_Busy)
+    overlapped: list[tuple[float, float]] = field(default_factory=list)
+    """(decision seconds, share of it this speculator was busy) of the decisions it alone overlapped."""
+    share_total: float = 0.0
+    """Sum over every decision of the share this speculator was busy: the overlap its cost is charged for."""
+    wait_s: float = 0.0
+    saving_s: float = 0.0
+    decisions: int = 0
+    """Decisions it overlapped at all."""
+    paused: bool = False
+    paused_at_step: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A moment the governor was told of (a decision or a wait starting): the clock and each busy clock then."""
+
+    at: float
+    busy: dict[str, float]
+
+
+class Governor:
+    """Measures each named speculator's cost and saving, and pauses the ones that cost more (module docstring)."""
+
+    def __init__(self, names: Sequence[str], config: GovernorConfig | None = None) -> None:
+        self.config = config or GovernorConfig()
+        self.accounts = {name: _Account() for name in names}
+        self.clean: list[float] = []
+        self.steps = 0
+        """Authority decisions observed so far (a pause's ``paused_at_step``)."""
+        self._since_hold = 0
+
+    # -- what the speculators do ------------------------------------------------------------
+
+    def active(self, name: str) -> bool:
+        """Whether ``name`` may speculate now."""
+        return not self.accounts[name].paused
+
+    @contextmanager
+    def speculating(self, name: str) -> Iterator[None]:
+        """Wrap one request of speculator ``name`` (its busy clock runs while any is in flight)."""
+        self.observe_speculation_started(name)
+        try:
+            yield
+        finally:
+            self.observe_speculation_ended(name)
+
+    def observe_speculation_started(self, name: str) -> None:
+        busy = self.accounts[name].busy
+        if busy.in_flight == 0:
+            busy.since = anyio.current_time()
+        busy.in_flight += 1
+
+    def observe_speculation_ended(self, name: str) -> None:
+        busy = self.accounts[name].busy
+        busy.in_flight -= 1
+        if busy.in_flight == 0:
+            busy.total += anyio.current_time() - busy.since
+
+    # -- what the authority does --------------------------------------------------------------
+
+    def hold(self) -> bool:
+        """An authority decision is about to start: whether to run it without speculation (no speculator request
+        in flight), for a baseline sample.  Only once some speculator has the evidence for a verdict but no
+        baseline exists, and only for one decision in ``hold_every``."""
+        self._since_hold += 1
+        evidence = any(not a.paused and len(a.overlapped) >= self.config.min_overlapped for a in self.accounts.values())
+        every = self.config.hold_every
+        if every is not None and evidence and len(self.clean) < self.config.min_clean and self._since_hold >= every:
+            self._since_hold = 0
+            return True
+        return False
+
+    def mark(self) -> Mark:
+        """Now, for a later :meth:`observe_decision` or :meth:`observe_wait`."""
+        now = anyio.current_time()
+        return Mark(now, {name: a.busy.clock(now) for name, a in self.accounts.items()})
+
+    def _shares(self, mark: Mark) -> tuple[float, dict[str, float]]:
+        now = anyio.current_time()
+        span = now - mark.at
+        if span <= 0:
+            return 0.0, {name: 0.0 for name in self.accounts}
+        return span, {name: min(1.0, (a.busy.clock(now) - mark.busy[name]) / span) for name, a in self.accounts.items()}
+
+    def observe_decision(self, mark: Mark) -> None:
+        """An authority decision that started at ``mark`` ended now."""
+        seconds, shares = self._shares(mark)
+        self.steps += 1
+        busy = [name for name, share in shares.items() if share > CLEAN]
+        if not busy:
+            self.clean.append(seconds)
+        for name, share in shares.items():
+            account = self.accounts[name]
+            account.share_total += share
+            account.decisions += int(share > CLEAN)
+            if share >= OVERLAPPED and busy == [name]:
+                account.overlapped.append((seconds, share))
+        self._judge()
+
+    def observe_wait(self, mark: Mark) -> None:
+        """The authority waited from ``mark`` until now for the speculators' guess (draft-first): charged to each
+        by the share of the wait it was busy."""
+        seconds, shares = self._shares(mark)
+        for name, share in shares.items():
+            self.accounts[name].wait_s += seconds * share
+
+    def observe_saving(self, name: str, seconds: float) -> None:
+        """A committed draft of ``name`` spared the authority ``seconds`` (tool time it hid)."""
+        self.accounts[name].saving_s += max(0.0, seconds)
+
+    def observe_skipped(self, name: str, decisions: int) -> None:
+        """Drafts of ``name`` were committed without asking the authority ``decisions`` times (a macro commit)."""
+        self.accounts[name].saving_s += decisions * self.baseline_s()
+
+    # -- the verdict ------------------------------------------------------------------------------
+
+    def baseline_s(self) -> float:
+        """The mean authority decision without speculation (0 before any was seen)."""
+        return statistics.fmean(self.clean) if self.clean else 0.0
+
+    def cost(self, name: str) -> tuple[float, float]:
+        """``name``'s cost to the authority so far: (estimate, lower confidence bound), in seconds."""
+        account = self.accounts[name]
+        if not account.overlapped or not self.clean:
+            return account.wait_s, account.wait_s
+        seconds = [s for s, _ in account.overlapped]
+        mean_share = statistics.fmean(share for _, share in account.overlapped)
+        delta = statistics.fmean(seconds) - self.baseline_s()
+        spread = _variance(seconds) / len(seconds) + _variance(self.clean) / len(self.clean)
+        t = _t_quantile(min(len(seconds), len(self.clean)) - 1, self.config.confidence)
+        per_share, low_per_share = delta / mean_share, (delta - t * math.sqrt(spread)) / mean_share
+        return (max(0.0, per_share) * account.share_total + account.wait_s,
+                max(0.0, low_per_share) * account.share_total + account.wait_s)
+
+    def _judge(self) -> None:
+        config = self.config
+        for name, account in self.accounts.items():
+            if account.paused:
+                if config.reprobe_after is not None and self.steps - (account.paused_at_step or 0) >= config.reprobe_after:
+                    account.paused, account.overlapped = False, []  # re-probe: fresh evidence decides again
+                continue
+            if len(account.overlapped) < config.min_overlapped or len(self.clean) < config.min_clean:
+                continue
+            estimate, low = self.cost(name)
+            if config.pauses and low - account.saving_s > config.margin * self.baseline_s() * self.steps:
+                account.paused, account.paused_at_step = True, self.steps
+                account.reason = (f"costs the authority {estimate:.3f}s (at least {low:.3f}s) and saved "
+                                  f"{account.saving_s:.3f}s over {account.decisions} overlapped decisions")
+
+    def report(self) -> dict[str, dict[str, Any]]:
+        """Per speculator: ``cost_s``, ``saving_s``, ``decisions`` (it overlapped), ``paused``,
+        ``paused_at_step``, ``reason``; and the baseline it was judged against."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, account in self.accounts.items():
+            estimate, low = self.cost(name)
+            out[name] = {"cost_s": round(estimate, 4), "cost_low_s": round(low, 4),
+                         "saving_s": round(account.saving_s, 4), "decisions": account.decisions,
+                         "paused": account.paused, "paused_at_step": account.paused_at_step, "reason": account.reason,
+                         "baseline_decision_s": round(self.baseline_s(), 4), "baseline_decisions": len(self.clean)}
+        return out
+
+
+_T_TABLE = {0.95: [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812],
+            0.99: [31.82, 6.965, 4.541, 3.747, 3.365, 3.143, 2.998, 2.896, 2.821, 2.764]}
+_T_LIMIT = {0.95: 1.645, 0.99: 2.326}
+
+
+def _t_quantile(df: int, confidence: float) -> float:
+    """Student's t one-sided quantile for ``df`` degrees of freedom (conservative above 10: the df-10 value
+    down to 20, the normal's beyond)."""
+    if confidence not in _T_TABLE:
+        raise ValueError(f"confidence must be one of {sorted(_T_TABLE)}")
+    table = _T_TABLE[confidence]
+    if df < 1:
+        return math.inf
+    return table[df - 1] if df <= len(table) else table[-1] if df <= 20 else _T_LIMIT[confidence]
+
+
+def _variance(values: Sequence[float]) -> float:
+    return statistics.variance(values) if len(values) > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A speculator's decision and which speculator made it (None: an unnamed policy)."""
+
+    name: str | None
+    decision: Decision
+
+
+class SpeculatorPanel:
+    """Several speculators as one: each asked in turn (skipping those the governor paused) until one does not
+    abstain, i.e. answers a call.  With every speculator paused or abstaining, the answer is "no call"."""
+
+    def __init__(self, members: Sequence[tuple[str, Policy]], governor: Governor | None = None) -> None:
+        self.members = list(members)
+        self.governor = governor
+
+    async def propose(self, history: History) -> Proposal:
+        decision = Decision(call=None)
+        for name, policy in self.members:
+            if self.governor is None:
+                decision = await policy.decide(history)
+            elif not self.governor.active(name):
+                continue
+            else:
+                with self.governor.speculating(name):
+                    decision = await policy.decide(history)
+            if decision.call is not None:
+                return Proposal(name, decision)
+        return Proposal(None, decision)
+
+    async def decide(self, history: History) -> Decision:
+        return (await self.propose(history)).decision
+
+
+async def propose(speculator: Policy, history: History) -> Proposal:
+    """The speculator's next guess, named by who made it when ``speculator`` is a :class:`SpeculatorPanel`."""
+    if isinstance(speculator, SpeculatorPanel):
+        return await speculator.propose(history)
+    return Proposal(None, await speculator.decide(history))

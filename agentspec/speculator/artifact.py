@@ -1,0 +1,101 @@
+"""The speculator file: one readable JSON document, versioned, the same bytes when fitted twice.
+
+    {"format": "agentspec.speculator/v1", "seed": 0,
+     "fitted_on": {"bench": "...", "split": "train", "sources": [...], "task_ids": [...],
+                   "trajectories": 74, "calls": 612, "inputs_sha256": "..."},
+     "model": {... the fitted tables, see SpeculatorModel ...}}
+
+``fitted_on.task_ids`` is what scoring checks so that no scored task was in the fit.  No time or path of the
+machine is recorded; every table is sorted.  :func:`load` turns anything else (not JSON, another format, a
+malformed table) into one :class:`~agentspec.errors.ConfigError` line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentspec.errors import ConfigError
+from agentspec.speculator.model import SpeculatorModel
+from agentspec.speculator.trajectories import Trajectory
+from agentspec.types import canonical_json
+
+FORMAT = "agentspec.speculator/v1"
+
+
+class FittedOn(BaseModel):
+    """What a speculator was fitted on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bench: str | None = None
+    split: str | None = None
+    sources: list[str] = Field(default_factory=list)
+    task_ids: list[str] = Field(default_factory=list)
+    trajectories: int = 0
+    calls: int = 0
+    inputs_sha256: str = ""
+    online_tasks: int = 0
+    """Tasks learned online after the fit (``--learn-online``; their ids are in ``task_ids`` too)."""
+
+
+class Artifact(BaseModel):
+    """A fitted speculator with its provenance."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = FORMAT
+    seed: int = 0
+    fitted_on: FittedOn = Field(default_factory=FittedOn)
+    model: SpeculatorModel
+
+    def dumps(self) -> str:
+        """The file's text: sorted keys, one-space indent, a final newline."""
+        return json.dumps(self.model_dump(mode="json"), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(self.dumps(), encoding="utf-8")
+
+
+def inputs_digest(trajectories: Sequence[Trajectory]) -> str:
+    """sha256 of what was fitted on: each trajectory's task, text, calls, observations and look-ahead, in order."""
+    digest = hashlib.sha256()
+    for t in sorted(trajectories, key=lambda t: (t.task_id, t.source, [c.canonical() for c in t.calls])):
+        steps = [[call.canonical(), obs.content if obs else None] for call, obs in t.steps]
+        digest.update(canonical_json([t.task_id, t.text, steps, [dict(sorted(s.items())) for s in t.lookahead]]).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def load(path: str | Path) -> Artifact:
+    """Read a speculator file; :class:`ConfigError` (one line) when it is missing, malformed or foreign."""
+    file = Path(path)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read speculator {file}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file} is not a speculator file: not JSON ({exc})".replace("\n", " ")) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ConfigError(f"{file} is not a speculator file: format {found!r}, expected {FORMAT!r}")
+    try:
+        artifact = Artifact.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise ConfigError(f"{file} is a malformed speculator file: {where}: {first['msg']}") from None
+    try:
+        # Compile what prediction derives from the tables now, so a bad pattern fails here as one line, not
+        # mid-run with a traceback.
+        _ = artifact.model.typed._compiled
+    except (re.error, ValueError, TypeError) as exc:
+        raise ConfigError(f"{file} is a malformed speculator file: model.value_patterns: {exc}".replace("\n", " ")) from None
+    return artifact

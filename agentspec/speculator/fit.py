@@ -1,0 +1,273 @@
+"""Fitting: trajectories -> a :class:`~agentspec.speculator.model.SpeculatorModel`.
+
+Every step of every trajectory is one example: its features (:mod:`.features`) and the normalised next call
+(:mod:`.targets`; the end of the trajectory is the target ``<end>``).  From them:
+
+* **words**: the task-text words and pairs with the most mutual information about the next call;
+* **rules**: an ordered decision list, learned greedily: the condition (one feature, or a history feature and
+  one more) and target with the best Laplace precision ``(hits + 1) / (covered + 2)`` on the examples no earlier
+  rule covers becomes the next rule, until none is right at least :data:`MIN_HITS` times and more often than
+  wrong.  Learned twice: over history features only, and with look-ahead features too;
+* **n-grams**: next-target counts after the last two calls, the last call, and none (the back-off);
+* **sources**: per (tool, argument), every source that gave the real value, ranked by precision where it had a
+  value;
+* **probes**: the look-ahead calls whose results a rule or a source uses.
+
+Deterministic: ties are broken by the features' text, so fitting twice gives the same tables.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from agentspec.normalize import Normalizer
+from agentspec.speculator.features import history_features, lookahead_features, text_words, word_features
+from agentspec.speculator.lookahead import Probe, with_readers
+from agentspec.speculator.model import RankedSource, Rule, SpeculatorModel, ngram_contexts
+from agentspec.speculator.sources import KIND_ORDER, Context, Source, TypedValues, candidate_sources, evaluate
+from agentspec.speculator.targets import END, Target
+from agentspec.speculator.trajectories import Trajectory
+from agentspec.types import canonical_json
+
+MAX_WORDS = 48
+MIN_HITS = 2
+MAX_RULES = 400
+MAX_SOURCES = 4
+"""Sources kept per (tool, argument): the first available one is used."""
+HISTORY_ANCHORS = ("last:", "pos:", "w:")
+"""History features a two-feature condition is built around (without look-ahead: the last call, how many were
+made, a task-text word; ``made:`` pairs fitted the training tasks' fault combinations, not the workflow).
+Chosen by 5-fold cross-validation on the train split (``experiments/learned_speculator.md``)."""
+LOOKAHEAD_ANCHORS: tuple[str, ...] = ("last:", "w:")
+"""With look-ahead, pairs around the last call or a task-text word: what the fork shows, in this kind of task or
+after that call (cross-validated on the train split, like every choice here)."""
+LOOKAHEAD_DROP = ("pos:", "made:")
+"""Features the look-ahead rules do without: with the state in view, how many and which calls were made
+only memorise the training tasks' combinations (cross-validated)."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """One step: its features (look-ahead ones apart) and its target."""
+
+    history: frozenset[str]
+    lookahead: frozenset[str]
+    words: frozenset[str]
+    target: str
+
+
+def _entropy(counts: Iterable[int]) -> float:
+    values = [c for c in counts if c]
+    total = sum(values)
+    return -sum(c / total * math.log2(c / total) for c in values) if total else 0.0
+
+
+def choose_words(texts: Sequence[frozenset[str]], targets: Sequence[str], limit: int = MAX_WORDS) -> list[str]:
+    """The words with the most mutual information about the target, over examples (``texts[i]``: example i's
+    words); words every example has tell nothing."""
+    base = _entropy(Counter(targets).values())
+    having: dict[str, Counter[str]] = defaultdict(Counter)
+    for words, target in zip(texts, targets, strict=True):
+        for word in words:
+            having[word][target] += 1
+    total, everything = len(targets), Counter(targets)
+    scored = []
+    for word, with_word in having.items():
+        n_with = sum(with_word.values())
+        if n_with == total:
+            continue
+        without = everything - with_word
+        conditional = (n_with * _entropy(with_word.values()) + (total - n_with) * _entropy(without.values())) / total
+        gain = base - conditional
+        if gain > 1e-9:
+            scored.append((-round(gain, 12), word))
+    return sorted(word for _, word in sorted(scored)[:limit])
+
+
+def _conditions(features: frozenset[str], anchor_prefixes: tuple[str, ...]) -> list[tuple[str, ...]]:
+    singles = sorted(features)
+    anchors = [f for f in singles if anchor_prefixes and f.startswith(anchor_prefixes)]
+    pairs = {tuple(sorted((a, f))) for a in anchors for f in singles if f != a}
+    return [(f,) for f in singles] + sorted(pairs)
+
+
+def _score(hits: int, covered: int) -> float:
+    return (hits + 1) / (covered + 2)
+
+
+def decision_list(examples: Sequence[tuple[frozenset[str], str]], *, anchors: tuple[str, ...] = HISTORY_ANCHORS,
+                  min_hits: int = MIN_HITS, max_rules: int = MAX_RULES) -> list[Rule]:
+    """The ordered rules (see the module docstring), learned greedily on ``(features, target)`` examples; a
+    condition is one feature, or a feature starting with one of ``anchors`` and one more."""
+    conditions = [_conditions(features, anchors) for features, _ in examples]
+    counts: dict[tuple[str, ...], Counter[str]] = defaultdict(Counter)
+    for conds, (_, target) in zip(conditions, examples, strict=True):
+        for cond in conds:
+            counts[cond][target] += 1
+    version: dict[tuple[str, ...], int] = defaultdict(int)
+    heap: list[tuple[float, int, int, tuple[str, ...], str, int]] = []
+
+    def push(cond: tuple[str, ...]) -> None:
+        c = counts.get(cond)
+        if not c:
+            return
+        covered = sum(c.values())
+        target, hits = min(c.items(), key=lambda kv: (-kv[1], kv[0]))
+        if hits >= min_hits:
+            heapq.heappush(heap, (-_score(hits, covered), -hits, len(cond), cond, target, version[cond]))
+
+    for cond in sorted(counts):
+        push(cond)
+    alive = set(range(len(examples)))
+    by_condition: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for index, conds in enumerate(conditions):
+        for cond in conds:
+            by_condition[cond].append(index)
+    rules: list[Rule] = []
+    while heap and len(rules) < max_rules:
+        negative, negative_hits, _, cond, target, seen_version = heapq.heappop(heap)
+        if seen_version != version[cond]:
+            continue
+        if -negative <= 0.5:
+            break  # no rule left that is right more often than wrong
+        covered = [i for i in by_condition[cond] if i in alive]
+        rules.append(Rule(when=cond, then=target, hits=-negative_hits, covered=len(covered)))
+        touched: set[tuple[str, ...]] = set()
+        for index in covered:
+            alive.discard(index)
+            for other in conditions[index]:
+                counts[other][examples[index][1]] -= 1
+                if counts[other][examples[index][1]] <= 0:
+                    del counts[other][examples[index][1]]
+                touched.add(other)
+        for other in sorted(touched):
+            version[other] += 1
+            push(other)
+    return rules
+
+
+def _without(features: frozenset[str], prefixes: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(f for f in features if not f.startswith(prefixes))
+
+
+def _examples(trajectories: Sequence[Trajectory], normalizer: Normalizer, words: frozenset[str] | None) -> list[Example]:
+    out = []
+    for trajectory in trajectories:
+        keys = [Target.of(normalizer, call).key for call in trajectory.calls]
+        text = text_words(trajectory.text)
+        chosen = word_features(text, words) if words is not None else {f"w:{w}" for w in text}
+        for position in range(len(keys) + 1):
+            last = trajectory.steps[position - 1][1] if position else None
+            history = history_features(keys[:position], last.content if last else None)
+            seen = lookahead_features(trajectory.seen(position))
+            target = keys[position] if position < len(keys) else END
+            out.append(Example(frozenset(history), frozenset(seen), frozenset(chosen), target))
+    return out
+
+
+def _ngrams(trajectories: Sequence[Trajectory], normalizer: Normalizer) -> dict[str, dict[str, int]]:
+    table: dict[str, Counter[str]] = defaultdict(Counter)
+    for trajectory in trajectories:
+        keys = [Target.of(normalizer, call).key for call in trajectory.calls]
+        for position in range(len(keys) + 1):
+            target = keys[position] if position < len(keys) else END
+            for context in ngram_contexts(keys[:position]):
+                table[context][target] += 1
+    return {context: dict(sorted(counts.items())) for context, counts in sorted(table.items())}
+
+
+def source_rank(source: Source, hits: int, available: int) -> tuple[float, int, int, str]:
+    """The sort key of a slot's sources: precision where available (smoothed), data flow first, then hits."""
+    return (-hits / (available + 1), KIND_ORDER[source.kind], -hits, source.key)
+
+
+def fit_sources(trajectories: Sequence[Trajectory], normalizer: Normalizer, typed: TypedValues) -> dict[str, list[RankedSource]]:
+    """Per ``tool.argument`` of every slot argument: the sources that gave its value, best first."""
+    occurrences: dict[str, list[tuple[Context, str]]] = defaultdict(list)
+    hits: dict[str, Counter[str]] = defaultdict(Counter)
+    sources: dict[str, Source] = {}
+    for trajectory in trajectories:
+        for position, (call, _) in enumerate(trajectory.steps):
+            target = Target.of(normalizer, call)
+            if not target.slots:
+                continue
+            context = Context(trajectory.text, trajectory.steps[:position], trajectory.seen(position), typed)
+            for name in target.slots:
+                slot = f"{call.name}.{name}"
+                value = call.arguments[name]
+                occurrences[slot].append((context, _canonical(value)))
+                for source in candidate_sources(value, context):
+                    sources.setdefault(source.key, source)
+                    hits[slot][source.key] += 1
+    out: dict[str, list[RankedSource]] = {}
+    for slot in sorted(hits):
+        # Availability only for the sources that were ever right (the rest can never be chosen).
+        best = sorted(hits[slot].items(), key=lambda kv: (-kv[1], kv[0]))[: MAX_SOURCES * 4]
+        ranked = []
+        for key, _ in best:
+            source = sources[key]
+            available = right = 0
+            for context, wanted in occurrences[slot]:
+                found, value = evaluate(source, context)
+                available += int(found)
+                right += int(found and _canonical(value) == wanted)
+            ranked.append(RankedSource(source=source, hits=right, available=available))
+        ranked.sort(key=lambda r: source_rank(r.source, r.hits, r.available))
+        # Keep the best few, and always a constant last resort when one was ever right.
+        kept = ranked[:MAX_SOURCES]
+        constants = [r for r in ranked if r.source.kind == "const"]
+        if constants and not any(r.source.kind == "const" for r in kept):
+            kept.append(constants[0])
+        out[slot] = kept
+    return out
+
+
+def _canonical(value: object) -> str:
+    return canonical_json(value)
+
+
+def _used_probes(probes: Sequence[Probe], rules: Sequence[Rule], sources: dict[str, list[RankedSource]]) -> list[Probe]:
+    used: set[str] = set()
+    keys = sorted((p.key for p in probes), key=len, reverse=True)
+    for rule in rules:
+        for feature in rule.when:
+            if feature.startswith("la:"):
+                used.update(k for k in keys if feature.startswith(f"la:{k}|"))
+    for ranked in sources.values():
+        used.update(r.source.tool for r in ranked if r.source.kind == "lookahead")
+    return with_readers(used, probes)
+
+
+def fit(trajectories: Sequence[Trajectory], normalizer: Normalizer, value_patterns: list[tuple[str, str, str | None]],
+        probes: Sequence[Probe] = ()) -> SpeculatorModel:
+    """Fit every table on ``trajectories`` (see the module docstring)."""
+    trajectories = sorted(trajectories, key=lambda t: (t.task_id, t.source, [c.canonical() for c in t.calls]))
+    typed = TypedValues(normalizer.patterns)
+    raw = _examples(trajectories, normalizer, None)
+    chosen = frozenset(choose_words([e.words for e in raw], [e.target for e in raw]))
+    words = sorted(w.removeprefix("w:") for w in chosen)
+    examples = [Example(e.history, e.lookahead, e.words & chosen, e.target) for e in raw]
+    rules = decision_list([(e.history | e.words, e.target) for e in examples])
+    with_lookahead = (decision_list([(_without(e.history, LOOKAHEAD_DROP) | e.words | e.lookahead, e.target)
+                                     for e in examples], anchors=LOOKAHEAD_ANCHORS) if probes else rules)
+    sources = fit_sources(trajectories, normalizer, typed)
+    targets: dict[str, Target] = {}
+    for trajectory in trajectories:
+        for call in trajectory.calls:
+            target = Target.of(normalizer, call)
+            targets.setdefault(target.key, target)
+    return SpeculatorModel(
+        value_patterns=list(value_patterns),
+        targets=dict(sorted(targets.items())),
+        words=words,
+        rules=rules,
+        lookahead_rules=with_lookahead,
+        ngrams=_ngrams(trajectories, normalizer),
+        sources=sources,
+        probes=_used_probes(probes, with_lookahead, sources),
+    )
+

@@ -1,0 +1,72 @@
+"""The learned speculator as a :class:`~agentspec.runtime.policies.Policy`: ranked guesses in microseconds.
+
+    speculator = LearnedSpeculator(load("runs/spec.json").model, text=task_text)
+    decision = await speculator.decide(history)      # decision.call, then decision.alternatives
+
+With a :class:`~agentspec.speculator.lookahead.Lookahead` it first runs the fitted probes in a fork of the
+current state: live for a history of committed steps, a fork of the last draft's fork for a draft chain (the
+executor's :class:`~agentspec.runtime.policies.DraftedHistory` names it).  On a virtual clock (``charge_time``) each
+prediction takes :data:`PREDICT_COST_S` there, so a run's timing includes what the speculator costs and two identical
+runs give identical timings (its measured time would differ from run to run).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import anyio
+
+from agentspec.errors import SnapshotError
+from agentspec.runtime.policies import Decision, History, committed_steps
+from agentspec.speculator.lookahead import Lookahead, run_probes
+from agentspec.speculator.model import SpeculatorModel
+from agentspec.speculator.sources import Context
+
+PREDICT_COST_S = 0.001
+"""What one prediction costs on a virtual clock: about the measured median with look-ahead (``predict_s`` keeps the
+real times)."""
+
+
+@dataclass
+class LearnedSpeculator:
+    """Guesses the next call from a fitted :class:`SpeculatorModel` (``width``: guesses per decision)."""
+
+    model: SpeculatorModel
+    text: str
+    lookahead: Lookahead | None = None
+    width: int = 3
+    charge_time: bool = False
+    """Sleep :data:`PREDICT_COST_S` per prediction on the clock (a virtual clock would otherwise count it as free)."""
+    predict_s: list[float] = field(default_factory=list)
+    """Every prediction's measured time (look-ahead calls not included)."""
+
+    async def decide(self, history: History) -> Decision:
+        seen = await self._look(history)
+        started = time.perf_counter()
+        guesses = self.model.predict(self.text, history, seen, k=self.width)
+        spent = time.perf_counter() - started
+        self.predict_s.append(spent)
+        if self.charge_time:
+            await anyio.sleep(PREDICT_COST_S)
+        head = guesses[0].call if guesses else None
+        alternatives = tuple(g.call for g in guesses[1:] if g.call is not None)
+        return Decision(call=head, alternatives=alternatives)
+
+    async def _look(self, history: History) -> dict[str, str] | None:
+        """The probes' observations at ``history``'s state: live for a committed history, the last draft's fork
+        for a draft chain (None, no look-ahead, when that fork is unknown or gone)."""
+        if self.lookahead is None or not self.model.probes:
+            return None
+        look: Lookahead = self.lookahead
+        if committed_steps(history) != len(history):
+            state = getattr(history, "state", None)
+            at = getattr(self.lookahead, "at", None)
+            if state is None or at is None:
+                return None
+            look = at(state)
+        context = Context(self.text, history, {}, self.model.typed)
+        try:
+            return await run_probes(self.model.probes, context, look)
+        except SnapshotError:
+            return None  # the draft was committed or dropped meanwhile: guess from the history alone

@@ -1,0 +1,86 @@
+"""The learned speculator in a run: its file read once per run, plain ``learned`` fitted and cached, and one
+:class:`~agentspec.speculator.policy.LearnedSpeculator` per episode with look-ahead through the episode's backend.
+
+Plain ``--speculator-model learned`` fits on the bench's train split once and keeps the file under
+``<cache>/speculators/<sha256>.json`` (the hash of the split's task texts and gold calls and of this format), so
+the next run with the same data reuses it; where it is goes to stderr.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sys
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agentspec.data import cache_root
+from agentspec.errors import ConfigError
+from agentspec.runtime.latency import LatencyModel
+from agentspec.snapshot import SnapshotBackend
+from agentspec.speculator.artifact import FORMAT, load
+from agentspec.speculator.command import fit_bench
+from agentspec.speculator.lookahead import ForkLookahead
+from agentspec.speculator.model import SpeculatorModel
+from agentspec.speculator.policy import LearnedSpeculator
+from agentspec.speculator.trajectories import gold_calls, task_text
+from agentspec.types import ToolCall, canonical_json
+
+FIT_SPLIT = "train"
+
+
+@lru_cache(maxsize=8)
+def _read(path: str, stamp: tuple[int, int]) -> SpeculatorModel:
+    return load(path).model
+
+
+def model_at(path: str) -> SpeculatorModel:
+    """The fitted tables of a speculator file, read once per run (again when the file changes)."""
+    if not path:  # Path("") is the working directory: say what is missing instead
+        raise ConfigError("a learned speculator needs its file (learned:FILE); plain `learned` is fitted by a bench run")
+    file = Path(path)
+    stat = file.stat() if file.is_file() else None
+    return _read(str(file.resolve()), (stat.st_mtime_ns, stat.st_size) if stat else (0, 0))
+
+
+def split_digest(bench: Any, split: str = FIT_SPLIT) -> str:
+    """sha256 of what plain ``learned`` fits on: the format, and each task's text and gold calls."""
+    digest = hashlib.sha256(f"{FORMAT}\n{bench.name}\n{split}\n".encode())
+    for task in sorted(bench.tasks(split), key=lambda t: t.id):
+        calls = [c.canonical() for c in gold_calls(bench, task)]
+        digest.update(canonical_json([task.id, task_text(bench, task), calls]).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def fitted_for(bench: Any, split: str = FIT_SPLIT) -> str:
+    """The cached speculator fitted on ``bench``'s ``split`` (fitted now when there is none); its path."""
+    path = cache_root() / "speculators" / f"{split_digest(bench, split)}.json"
+    if path.is_file():
+        print(f"agentspec: learned speculator: {path} (cached, fitted on {bench.name}/{split})", file=sys.stderr)
+        return str(path)
+    artifact = anyio.run(lambda: fit_bench(bench, bench.tasks(split), split=split))
+    artifact.save(path)
+    print(f"agentspec: learned speculator: fitted on {bench.name}/{split}, saved to {path}", file=sys.stderr)
+    return str(path)
+
+
+def episode_speculator(path: str, bench: Any, task: Any, *, latency: LatencyModel | None, virtual: bool,
+                       seed: int = 0, width: int = 3) -> tuple[LearnedSpeculator, Any]:
+    """One episode's learned speculator and the hook that gives it look-ahead once the episode's backend is open
+    (``hook(backend)``).  Look-ahead calls take the latency model's tool time, the batch at once (they are
+    independent reads); on a virtual clock each prediction takes ``PREDICT_COST_S``."""
+    speculator = LearnedSpeculator(model_at(path), task_text(bench, task), width=width, charge_time=virtual)
+    rng = random.Random(seed)
+
+    async def charge(calls: Sequence[ToolCall]) -> None:
+        if latency is not None and calls:
+            await anyio.sleep(max(latency.tool.seconds(call.name, rng) for call in calls))
+
+    def hook(backend: SnapshotBackend) -> None:
+        speculator.lookahead = ForkLookahead(backend, charge)
+
+    return speculator, hook

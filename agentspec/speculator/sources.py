@@ -1,0 +1,163 @@
+"""Where an argument's value comes from: the task text, an earlier call, an earlier result, a look-ahead, a constant.
+
+A :class:`Source` is learned per (tool, argument) from the trajectories (:func:`candidate_sources` lists every
+source that would have given the value a call really had) and evaluated at prediction (:func:`evaluate`) on a
+:class:`Context`: the task text, the history so far and the look-ahead observations.  Typed values are found
+in text with the value patterns of the miner's normaliser (:mod:`agentspec.normalize`), so ``the 2nd phone
+number of the task text`` or ``the id in the last refund's answer`` are sources, whatever the bench.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentspec.normalize import ValuePattern
+from agentspec.speculator.features import json_leaves, leaf_at
+from agentspec.types import Observation, ToolCall, canonical_json
+
+SourceKind = Literal["text", "arg", "result", "lookahead", "const"]
+KIND_ORDER: dict[str, int] = {"arg": 0, "result": 1, "lookahead": 2, "text": 3, "const": 4}
+"""Between equally good sources, data flow first: a constant is right only while the data stays the same."""
+
+
+class Source(BaseModel):
+    """One way to get an argument's value.
+
+    ``text``: the ``index``-th distinct value of pattern ``type`` in the task text.  ``arg``: argument ``path``
+    of the latest earlier call of tool ``tool``.  ``result``: the latest observation of tool ``tool``, at JSON
+    ``path`` (or, with ``type``, its ``index``-th typed value).  ``lookahead``: the same, in the observation of
+    the look-ahead call ``tool`` (a probe key).  ``const``: ``value``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: SourceKind
+    tool: str = ""
+    path: str = ""
+    type: str = ""
+    index: int = Field(0, ge=0)
+    value: Any = None
+
+    @property
+    def data_flow(self) -> bool:
+        """Whether the value comes from the task's data (the "strict" criterion), not from a constant."""
+        return self.kind != "const"
+
+    @property
+    def key(self) -> str:
+        return canonical_json(self.model_dump(mode="json"))
+
+
+def _searchable(pattern: ValuePattern) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w.])(?:{pattern.value.pattern})(?![\w])")
+
+
+@dataclass(frozen=True)
+class TypedValues:
+    """Finds typed values in free text with the patterns that need no argument name."""
+
+    patterns: tuple[ValuePattern, ...]
+
+    @cached_property
+    def _compiled(self) -> tuple[tuple[str, re.Pattern[str]], ...]:
+        return tuple((p.type, _searchable(p)) for p in self.patterns if p.key is None)
+
+    def find(self, text: str) -> dict[str, list[str]]:
+        """Pattern type -> its distinct values in ``text``, in order of appearance."""
+        found: dict[str, list[str]] = {}
+        for type_, regex in self._compiled:
+            values = list(dict.fromkeys(match.group(0) for match in regex.finditer(text)))
+            if values:
+                found.setdefault(type_, []).extend(v for v in values if v not in found.get(type_, ()))
+        return found
+
+
+@dataclass
+class Context:
+    """What sources read at one step: the task text, the history, the look-ahead observations."""
+
+    text: str
+    history: Sequence[tuple[ToolCall, Observation | None]]
+    lookahead: Mapping[str, str]
+    typed: TypedValues
+    _cache: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+
+    def typed_in(self, name: str, content: str) -> dict[str, list[str]]:
+        """Typed values of a text, cached per name (the task text, a result, a probe)."""
+        if name not in self._cache:
+            self._cache[name] = self.typed.find(content)
+        return self._cache[name]
+
+    def latest_call(self, tool: str) -> ToolCall | None:
+        for call, _ in reversed(self.history):
+            if call.name == tool:
+                return call
+        return None
+
+    def latest_result(self, tool: str) -> tuple[int, str] | None:
+        for step in range(len(self.history) - 1, -1, -1):
+            call, observation = self.history[step]
+            if call.name == tool and observation is not None:
+                return step, observation.content
+        return None
+
+
+def _from_content(source: Source, name: str, content: str, context: Context) -> tuple[bool, Any]:
+    if source.type:
+        values = context.typed_in(name, content).get(source.type, [])
+        return (True, values[source.index]) if source.index < len(values) else (False, None)
+    return leaf_at(content, source.path)
+
+
+def evaluate(source: Source, context: Context) -> tuple[bool, Any]:
+    """``(available, value)`` of ``source`` at ``context``."""
+    if source.kind == "const":
+        return True, source.value
+    if source.kind == "text":
+        values = context.typed_in("<text>", context.text).get(source.type, [])
+        return (True, values[source.index]) if source.index < len(values) else (False, None)
+    if source.kind == "arg":
+        call = context.latest_call(source.tool)
+        return (True, call.arguments[source.path]) if call is not None and source.path in call.arguments else (False, None)
+    if source.kind == "result":
+        found = context.latest_result(source.tool)
+        return _from_content(source, f"<result {found[0]}>", found[1], context) if found else (False, None)
+    content = context.lookahead.get(source.tool)
+    return _from_content(source, f"<probe {source.tool}>", content, context) if content is not None else (False, None)
+
+
+def _content_sources(kind: SourceKind, tool: str, content: str, wanted: str, context: Context, name: str) -> list[Source]:
+    found = [Source(kind=kind, tool=tool, path=path) for path, value in json_leaves(content) or ()
+             if canonical_json(value) == wanted]
+    for type_, values in sorted(context.typed_in(name, content).items()):
+        found += [Source(kind=kind, tool=tool, type=type_, index=i) for i, v in enumerate(values) if canonical_json(v) == wanted]
+    return found
+
+
+def candidate_sources(value: Any, context: Context) -> list[Source]:
+    """Every source that gives exactly ``value`` at ``context`` (a constant always does)."""
+    wanted = canonical_json(value)
+    found: list[Source] = []
+    for type_, values in sorted(context.typed_in("<text>", context.text).items()):
+        found += [Source(kind="text", type=type_, index=i) for i, v in enumerate(values) if canonical_json(v) == wanted]
+    seen_calls: set[str] = set()
+    seen_results: set[str] = set()
+    for step in range(len(context.history) - 1, -1, -1):  # latest first: a source names the latest call of a tool
+        call, observation = context.history[step]
+        if call.name not in seen_calls:
+            seen_calls.add(call.name)
+            found += [Source(kind="arg", tool=call.name, path=k) for k, v in sorted(call.arguments.items())
+                      if canonical_json(v) == wanted]
+        if observation is not None and call.name not in seen_results:
+            seen_results.add(call.name)
+            found += _content_sources("result", call.name, observation.content, wanted, context, f"<result {step}>")
+    for probe, content in sorted(context.lookahead.items()):
+        found += _content_sources("lookahead", probe, content, wanted, context, f"<probe {probe}>")
+    found.append(Source(kind="const", value=value))
+    return found

@@ -1,0 +1,262 @@
+"""AppWorld for code actions: one jailed worker process per branch, so a fork's code cannot reach live.
+
+Code actions (``actions="code"``) run the agent's own Python in the worker.  AppWorld's safety guard is no
+barrier (``().__class__.__base__.__subclasses__()`` leads to any module, hence to the worker itself), so the
+isolation of a speculative fork from live cannot live inside one process.  This backend gives every branch its
+own worker (:mod:`envs.appworld.worker`, holding only its ``live``), each in its own bubblewrap jail: new user,
+PID, network, IPC and UTS namespaces, no capabilities, the venv, the interpreter and the user's data read-only, a
+private AppWorld root and ``/tmp`` (size-capped, in memory), and RLIMIT_FSIZE on every file it writes on the host
+(its log, its ``/outbox``).  So whatever a fork's code does, it sees only its own process
+tree and its own pipe: it cannot change live's databases, signal live's worker (or agentspec), or write on live's
+pipe.  Its replies are still untrusted: bounded (:class:`~envs.appworld.backend.WorkerPipe`), and a fork's broken
+worker raises :class:`~agentspec.errors.SnapshotError`, which drops only that speculation.
+
+- snapshot: the branch's worker ``save``s its state to its own ``/outbox``; agentspec copies the file (opened
+  without following links, a regular file, bounded) into its own folder, so the jail keeps no handle on it;
+- fork: a worker started ahead (a *spare*, which loads the task while the episode goes on; the first one starts
+  at the first snapshot) gets the snapshot hard-linked into its read-only ``/inbox`` and ``load``s it;
+- commit: the fork's worker becomes live's, and the old live worker is killed; discard: the fork's worker is
+  killed (with every process it started: the jail's PID namespace ends with it).
+
+Without bubblewrap (or where it cannot make its namespaces) starting fails with a :class:`SnapshotError` that
+says what to install; code actions never run unjailed.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import shutil
+import stat
+import sys
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agentspec.errors import EnvError, SnapshotError
+from envs.appworld.backend import MAX_REPLY_BYTES, WORKER, AppWorldTools, ToolCode, WorkerPipe, reply_output
+
+MAX_STATE_BYTES = 4 * 1024**3
+"""The largest branch state copied out of a jail (AppWorld's databases of one task are far smaller)."""
+TMP_BYTES = 256 * 1024**2
+"""The size of a jail's private ``/tmp`` (in memory)."""
+ROOT_BYTES = 1024**3
+"""The size of a jail's private AppWorld root (in memory; the user's data is mounted read-only inside it)."""
+# Sets RLIMIT_FSIZE (soft and hard: the jail cannot raise it) and becomes bubblewrap: each file the jail writes on
+# the host (its log, its /outbox) stops at the limit, with EFBIG (Python ignores SIGXFSZ).
+_LIMIT_FILES = ("import os, resource, sys\n"
+                "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))\n"
+                "os.execv(sys.argv[2], sys.argv[2:])\n")
+PATH = "/usr/local/bin:/usr/bin:/bin"
+INSTALL_BWRAP = "apt-get install bubblewrap"
+USERNS_HINT = ("unprivileged user namespaces look disabled: enable them (`sysctl -w kernel.unprivileged_userns_clone=1` "
+               "on Debian, `sysctl -w user.max_user_namespaces=15000`), or use actions=api")
+JAIL_ROOT = "/appworld"
+INBOX, OUTBOX = "/inbox", "/outbox"
+STATE = "state"
+
+
+def jail_argv(bwrap: str, python: Path, data: Path, home: Path, max_file_bytes: int = MAX_STATE_BYTES) -> list[str]:
+    """bubblewrap running the worker with a tmpfs of :data:`ROOT_BYTES` as its AppWorld root (``data`` read-only
+    inside it), ``home/inbox`` read-only and ``home/outbox`` writable, every file it writes (its stderr log
+    included) at most ``max_file_bytes`` long.
+
+    The caller's uid is kept inside (not a fixed one): the venv, the interpreter and the data are the user's files,
+    readable by their owner only, perhaps.  Capabilities are dropped and every namespace is new, so that uid reaches
+    nothing outside the jail: the processes of other branches are not in its PID namespace.
+    """
+    venv = python.parent.parent
+    interpreter = Path(os.path.realpath(python))
+    prefix = interpreter.parent.parent  # the base installation the venv's python links to (its stdlib)
+    binds = ["--ro-bind", str(venv.resolve()), str(venv)]
+    if not prefix.is_relative_to("/usr"):
+        binds += ["--ro-bind", str(prefix), str(prefix)]
+    return [
+        sys.executable, "-I", "-S", "-c", _LIMIT_FILES, str(max_file_bytes),
+        bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+        "--symlink", "usr/lib64", "/lib64", "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+        "--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp", *binds,
+        "--ro-bind", str(WORKER), "/agentspec/worker.py",
+        "--size", str(ROOT_BYTES), "--tmpfs", JAIL_ROOT, "--ro-bind", str(data.resolve()), f"{JAIL_ROOT}/data",
+        "--ro-bind", str(home / "inbox"), INBOX, "--bind", str(home / "outbox"), OUTBOX, "--chdir", JAIL_ROOT,
+        "--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
+        "--setenv", "APPWORLD_ROOT", JAIL_ROOT, "--setenv", "PYTHONUNBUFFERED", "1",
+        str(python), "-I", "/agentspec/worker.py",
+    ]  # fmt: skip
+
+
+def copy_out(outbox: Path, target: Path, limit: int = MAX_STATE_BYTES) -> None:
+    """Copy the regular file ``outbox/state`` (written in a jail) to ``target``, never following a link the jail
+    may have put there, and remove it.  SnapshotError when it is not a regular file or is over ``limit`` bytes."""
+    folder = os.open(outbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        try:
+            # O_NONBLOCK: a FIFO put in its place must not block the open.
+            source = os.open(STATE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+        except OSError as exc:
+            what = "a link" if exc.errno == errno.ELOOP else exc.strerror
+            raise SnapshotError(f"the AppWorld worker's saved state cannot be read ({what})") from None
+        try:
+            info = os.fstat(source)
+            if not stat.S_ISREG(info.st_mode):
+                raise SnapshotError("the AppWorld worker's saved state is not a regular file")
+            with open(source, "rb", closefd=False) as src, open(target, "xb") as dst:
+                copied = 0
+                while chunk := src.read(1 << 20):
+                    copied += len(chunk)
+                    if copied > limit:
+                        raise SnapshotError(f"the AppWorld worker's saved state is over {limit} bytes")
+                    dst.write(chunk)
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(source)
+        os.unlink(STATE, dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
+class _StateFile:
+    """A snapshot: a branch's state in a file of agentspec's (removed once no Python object holds it)."""
+
+    def __init__(self, backend: IsolatedAppWorldBackend, path: Path) -> None:
+        self.backend = backend
+        self.path = path
+        weakref.finalize(self, path.unlink, missing_ok=True)
+
+
+class IsolatedAppWorldBackend(AppWorldTools[WorkerPipe]):
+    """One AppWorld task, one jailed worker per branch (see the module docstring); a state is a worker."""
+
+    def __init__(self, python: str | Path, root: str | Path, data: str | Path, task_id: str,
+                 tools: Mapping[str, ToolCode], *, experiment: str = "agentspec", timeout_s: int = 100,
+                 max_reply_bytes: int = MAX_REPLY_BYTES, max_state_bytes: int = MAX_STATE_BYTES) -> None:
+        super().__init__(tools)
+        self.python = Path(python)
+        self.root = Path(root)
+        """agentspec's folder for this backend: each worker's home, the snapshots, the workers' logs."""
+        self.data = Path(data)
+        self.task_id = task_id
+        self.experiment = experiment
+        self.timeout_s = timeout_s
+        self.max_reply_bytes = max_reply_bytes
+        self.max_state_bytes = max_state_bytes
+        self._bwrap: str | None = None
+        self._spare: WorkerPipe | None = None
+        self._homes: dict[WorkerPipe, Path] = {}
+        self._ids = itertools.count(1)
+
+    # --- workers ---------------------------------------------------------------------------------
+
+    async def _spawn(self) -> WorkerPipe:
+        """A new jailed worker, loading the task (a sandbox's until it is committed)."""
+        assert self._bwrap is not None
+        home = self.root / f"worker-{next(self._ids)}"
+        for part in ("inbox", "outbox"):
+            (home / part).mkdir(parents=True)
+        argv = jail_argv(self._bwrap, self.python, self.data, home, max_file_bytes=self.max_state_bytes)
+        worker = WorkerPipe(argv, env={"PATH": PATH}, cwd=home,
+                            log_path=home.with_suffix(".log"), max_reply_bytes=self.max_reply_bytes,
+                            error=SnapshotError)
+        self._homes[worker] = home
+        try:
+            await worker.start(task_id=self.task_id, experiment=self.experiment, timeout_s=self.timeout_s)
+        except BaseException:
+            await self._end(worker)
+            raise
+        return worker
+
+    async def _replenish(self) -> None:
+        """Start the spare worker, unless there is one (the next fork takes it, loaded by then, perhaps)."""
+        if self._spare is not None:
+            return
+        spare = await self._spawn()
+        if self._spare is None:
+            self._spare = spare
+        else:  # a concurrent fork started one meanwhile
+            await self._end(spare)
+
+    async def _end(self, worker: WorkerPipe) -> None:
+        """Kill a worker and remove its home (never following what its jail left there)."""
+        with anyio.CancelScope(shield=True):
+            await worker.kill()
+            home = self._homes.pop(worker, None)
+            if home is not None:
+                await anyio.to_thread.run_sync(lambda: shutil.rmtree(home, ignore_errors=True))
+
+    async def start(self) -> None:
+        found = shutil.which("bwrap")
+        self._bwrap = os.path.abspath(found) if found else None  # absolute: the jail runs with a fixed PATH
+        if self._bwrap is None:
+            raise SnapshotError("AppWorld code actions run each branch in a bubblewrap jail, and bubblewrap (bwrap) "
+                                f"is not installed: {INSTALL_BWRAP} (or use actions=api, which runs no agent code)")
+        live = await self._spawn()
+        live.error = EnvError
+        try:
+            opened = await live.open()
+        except BaseException as exc:
+            await self._end(live)
+            if isinstance(exc, EnvError) and "bwrap" in str(exc):
+                raise SnapshotError(f"bubblewrap cannot make the AppWorld worker's jail here: {exc}; "
+                                    f"{USERNS_HINT}") from None
+            raise
+        self.instruction = opened.get("instruction", "")
+        self._set_live(live)
+
+    async def close(self) -> None:
+        self._forget_sandboxes()
+        self._spare = None
+        for worker in list(self._homes):  # live, the sandboxes', the spare, and any a failed fork left
+            await self._end(worker)
+
+    # --- the strategy -------------------------------------------------------------------------------
+
+    async def _execute_code(self, state: WorkerPipe, code: str) -> str:
+        return reply_output(await state.request("execute", branch="live", code=code), state.error)
+
+    async def _freeze(self, state: WorkerPipe) -> _StateFile:
+        await self._replenish()  # forks are coming: start loading the first one's worker now
+        await state.request("save", branch="live", path=f"{OUTBOX}/{STATE}")
+        target = self.root / f"snapshot-{next(self._ids)}"
+        try:
+            await anyio.to_thread.run_sync(copy_out, self._homes[state] / "outbox", target, self.max_state_bytes)
+        except SnapshotError as exc:
+            raise state.error(str(exc)) from None
+        return _StateFile(self, target)
+
+    def _accepts(self, ref: Any) -> bool:
+        return isinstance(ref, _StateFile) and ref.backend is self
+
+    async def _fork_state(self, ref: _StateFile) -> WorkerPipe:
+        worker, self._spare = self._spare, None
+        if worker is None:
+            worker = await self._spawn()
+        try:
+            # A hard link into the read-only inbox: the jail can read the snapshot, not change agentspec's file.
+            await anyio.to_thread.run_sync(os.link, ref.path, self._homes[worker] / "inbox" / STATE)
+            await worker.request("load", path=f"{INBOX}/{STATE}")
+        except BaseException:
+            await self._end(worker)
+            raise
+        await self._replenish()  # the next fork's worker loads the task meanwhile
+        return worker
+
+    async def _promote(self, state: WorkerPipe, live: WorkerPipe) -> WorkerPipe:
+        state.error = EnvError  # it holds live state from now on
+        await self._end(live)
+        return state
+
+    async def _drop(self, state: WorkerPipe) -> None:
+        await self._end(state)
+
+    # --- evaluation ----------------------------------------------------------------------------------
+
+    async def evaluate(self) -> dict[str, Any]:
+        """AppWorld's evaluation of the live state: ``success``, ``num_tests``, ``passes``, ``failures``, ..."""
+        return (await self._require_live().request("evaluate"))["evaluation"]

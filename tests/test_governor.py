@@ -1,0 +1,147 @@
+"""The governor: a speculator that slows the authority more than it saves is paused, and the run says so; a
+cheap one is left alone.  Measured on real HTTP (the scripted OpenAI-compatible endpoint), side by side with
+sequential in the same run."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from scripted_openai_server import ScriptedOpenAIServer
+
+from agentspec.cli import main
+
+AIRPLANE = "[service_issue]airplane_mode_on[PERSONA:None]"
+CALLS = 30
+"""Authority decisions per run: enough for the governor's evidence to be a small part of the run."""
+TOGGLE = {"name": "toggle_airplane_mode", "arguments": {}}
+WRONG = {"name": "check_status_bar", "arguments": {}}
+
+
+class SharedMachine:
+    """An authority and a speculator sharing one machine: the authority's work goes ``slowdown`` times slower
+    for as long as a speculator request is in flight."""
+
+    def __init__(self, *, speculator_s: float, slowdown: float, speculator_right: bool) -> None:
+        self.speculator_s, self.slowdown, self.speculator_right = speculator_s, slowdown, speculator_right
+        self.in_flight = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request: dict) -> dict:
+        step = sum(1 for m in request["messages"] if m["role"] == "tool")
+        call = TOGGLE if step < CALLS else {"name": "done", "arguments": {}}
+        if request["model"] == "speculator":
+            with self.lock:
+                self.in_flight += 1
+            try:
+                time.sleep(self.speculator_s)
+            finally:
+                with self.lock:
+                    self.in_flight -= 1
+            return {"tool_calls": [call if self.speculator_right else WRONG]}
+        work = 0.02
+        while work > 0:
+            time.sleep(0.002)
+            work -= 0.002 / (self.slowdown if self.in_flight else 1.0)
+        return {"tool_calls": [call]}
+
+
+def run(capsys, machine: SharedMachine, tau2_dir, *flags: str) -> dict:
+    with ScriptedOpenAIServer(machine, models=("authority", "speculator")) as srv:
+        code = main(["run", "--bench", "tau2-telecom", "--task-ids", AIRPLANE, "--solo", "--mode", "sequential,sa",
+                     "--agent-model", f"{srv.base_url}#authority", "--speculator-model", f"{srv.base_url}#speculator",
+                     "--data-dir", str(tau2_dir), "--no-progress", *flags])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_a_costly_speculator_is_paused_and_the_run_is_not_slower(tau2_dir, capsys):
+    summary = run(capsys, SharedMachine(speculator_s=0.05, slowdown=5.0, speculator_right=False), tau2_dir)
+    governor = summary["modes"]["sa"]["governor"]
+    (name, verdict), = governor.items()
+    assert name.endswith("#speculator")
+    assert verdict["paused"] and verdict["paused_at_step"] <= 15, verdict
+    assert verdict["cost_s"] > verdict["saving_s"] and "costs the authority" in verdict["reason"]
+    assert "governor" not in summary["modes"]["sequential"]  # nothing to govern
+    # Measured side by side: speculation stopped costing once paused, so sa is not slower beyond a margin
+    # (without the governor every one of the 30 decisions would run about 5x slower).
+    assert summary["speedup_vs_sequential"]["sa"] >= 0.7, summary["speedup_vs_sequential"]
+
+
+def test_a_cheap_useful_speculator_is_not_paused(tau2_dir, capsys, tmp_path):
+    tools = tmp_path / "tools.json"  # every tool takes 50 ms (real models): a right guess hides that time
+    tools.write_text(json.dumps({"name": "tools-50ms", "tool": {"fixed_s": 0.05}}), encoding="utf-8")
+    machine = SharedMachine(speculator_s=0.002, slowdown=1.0, speculator_right=True)
+    summary = run(capsys, machine, tau2_dir, "--latency-model", str(tools))
+    sa = summary["modes"]["sa"]
+    (verdict,) = sa["governor"].values()
+    assert not verdict["paused"] and verdict["paused_at_step"] is None, verdict
+    assert sa["commits_sa"] >= CALLS - 1  # it kept guessing, and right
+
+
+# --- the governor alone, on trio's virtual clock -------------------------------------------------------------------
+
+
+def virtual(fn):
+    import anyio
+    from trio.testing import MockClock
+
+    return anyio.run(fn, backend="trio", backend_options={"clock": MockClock(autojump_threshold=0)})
+
+
+def test_two_speculators_the_first_that_answers_is_used_and_a_costly_one_is_paused():
+    import anyio
+
+    from agentspec.runtime.governor import Governor, GovernorConfig, SpeculatorPanel
+    from agentspec.runtime.policies import Decision
+    from agentspec.types import ToolCall
+
+    class Abstains:
+        async def decide(self, history):
+            return Decision(call=None)
+
+    class Slow:
+        asked = 0
+
+        async def decide(self, history):
+            Slow.asked += 1
+            await anyio.sleep(1.0)
+            return Decision(call=ToolCall(name="guess"))
+
+    governor = Governor(["learned", "model"], GovernorConfig(min_overlapped=3, min_clean=2, hold_every=1))
+    panel = SpeculatorPanel([("learned", Abstains()), ("model", Slow())], governor)
+
+    async def play():
+        proposal = await panel.propose([])
+        assert proposal.name == "model" and proposal.decision.call == ToolCall(name="guess")
+        for _ in range(6):  # the authority decides in 0.2 s alone, in 1.0 s while the model runs
+            async with anyio.create_task_group() as group:
+                asked = Slow.asked
+                if not governor.hold():
+                    group.start_soon(panel.propose, [])
+                    await anyio.sleep(0.01)  # the model is asked first (trio runs new tasks in any order)
+                mark = governor.mark()
+                await anyio.sleep(1.0 if Slow.asked > asked else 0.2)
+                governor.observe_decision(mark)
+        return await panel.propose([])
+
+    last = virtual(play)
+    report = governor.report()
+    assert report["model"]["paused"] and report["model"]["paused_at_step"] == 5, report
+    assert report["model"]["cost_s"] == 2.4, report  # 0.8 s slower on each of the 3 decisions it overlapped; saved nothing
+    assert not report["learned"]["paused"] and report["learned"]["cost_s"] == 0.0
+    assert last.name is None and last.decision.call is None  # paused: no longer asked
+    assert Slow.asked == 4  # once, then in 3 decisions; not in the 2 held for a baseline, nor once paused
+
+
+def test_the_flag_is_repeatable(tau2_dir):
+    from agentspec.cli import build_parser
+    from agentspec.cli.run_modes import run_spec
+
+    args = build_parser().parse_args(["run", "--bench", "tau2-telecom", "--agent", "oracle", "--mode", "sa",
+                                      "--speculator-model", "noisy-oracle:0.9", "--speculator-model", "noisy-oracle:0.5",
+                                      "--data-dir", str(tau2_dir)])
+    spec = run_spec(args)
+    assert spec.speculator_model == "noisy-oracle:0.9" and spec.more_speculators == ["noisy-oracle:0.5"]

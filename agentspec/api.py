@@ -37,7 +37,6 @@ speculators asked in turn where the ones before abstain, each under the governor
 from __future__ import annotations
 
 import hashlib
-import random
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -63,9 +62,7 @@ from agentspec.runtime.runlog import RunLog, TaskLog
 from agentspec.runtime.simulated import Role, SimulatedLatency
 from agentspec.runtime.spork import SporkConfig
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
-from agentspec.speculator.lookahead import ForkLookahead
-from agentspec.speculator.policy import LearnedSpeculator
-from agentspec.speculator.runs import model_at
+from agentspec.speculator.runs import learned_speculator_for, model_at
 from agentspec.tools import Toolkit, render_result, spec_from_function
 from agentspec.types import Effect, Observation, Requestor, Step, TerminationReason, ToolCall, ToolSpec
 
@@ -298,17 +295,9 @@ class Executor:
         if not isinstance(source, str):
             return await self._policy(source, stack, prompt, tools, "speculator")
         # Validated in __init__: a learned speculator's file.  Its tables are read once per file (model_at).
-        speculator = LearnedSpeculator(model_at(_learned_file(source)), prompt, width=max(3, self.spec.spec_width))
-        latency, rng = self.latency, random.Random(self.spec.seed)
-
-        async def charge(calls: Sequence[ToolCall]) -> None:
-            # Look-ahead calls are tool calls: they take the latency model's tool time, the batch at once.
-            if latency is not None and calls:
-                await anyio.sleep(max(latency.tool.seconds(call.name, rng) for call in calls))
-
-        def attach(backend: SnapshotBackend) -> None:
-            speculator.lookahead = ForkLookahead(backend, charge)
-
+        speculator, attach = learned_speculator_for(_learned_file(source), prompt, latency=self.latency,
+                                                    virtual=False, seed=self.spec.seed,
+                                                    width=max(3, self.spec.spec_width))
         parts.on_backend.append(attach)
         return speculator
 

@@ -23,6 +23,7 @@ everything that touches the sandbox's state runs confined inside it.
 from __future__ import annotations
 
 import json
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,11 +204,12 @@ class ProgramCalls:
 
     program: SandboxProgram
     limits: Limits
+
     @property
+    @abstractmethod
     def weakened(self) -> str | None:
         """The isolation opt-ins in force, as every observation records them (None: everything promised);
         each backend defines it from its confinement and limits."""
-        raise NotImplementedError
 
     def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
         return self.program.tool_specs(requestor)

@@ -73,7 +73,15 @@ def episode_speculator(path: str, bench: Any, task: Any, *, latency: LatencyMode
     """One episode's learned speculator and the hook that gives it look-ahead once the episode's backend is open
     (``hook(backend)``).  Look-ahead calls take the latency model's tool time, the batch at once (they are
     independent reads); on a virtual clock each prediction takes ``PREDICT_COST_S``."""
-    speculator = LearnedSpeculator(model_at(path), task_text(bench, task), width=width, charge_time=virtual)
+    return learned_speculator_for(path, task_text(bench, task), latency=latency, virtual=virtual, seed=seed,
+                                  width=width)
+
+
+def learned_speculator_for(path: str, text: str, *, latency: LatencyModel | None, virtual: bool, seed: int = 0,
+                           width: int = 3) -> tuple[LearnedSpeculator, Any]:
+    """The learned speculator of file ``path`` for a task described by ``text`` (:func:`episode_speculator`'s
+    work, for callers with a task text and no bench: the Python API), and its look-ahead hook."""
+    speculator = LearnedSpeculator(model_at(path), text, width=width, charge_time=virtual)
     rng = random.Random(seed)
 
     async def charge(calls: Sequence[ToolCall]) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentspec.models import ModelClient
@@ -107,6 +108,17 @@ class ModeFigures(Protocol):
     SGC), from that mode's episode records (``reward``, ``evaluation``, ...)."""
 
     def figures(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class OfficialOutputs(Protocol):
+    """A bench whose own tools can read a run: it writes their formats under a run's ``--out`` folder (tau2's
+    simulation results, AppWorld's experiment outputs, GAIA's leaderboard submission)."""
+
+    def write_outputs(self, out: Path, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Path]:
+        """Write the official files for each mode's episode records (``records``: mode name -> records, as in
+        ``results.json``) under ``out``; the paths written."""
+        ...
 
 
 def solo_calls(actions: Sequence[tuple[Requestor, ToolCall]]) -> list[ToolCall]:

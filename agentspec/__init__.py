@@ -14,8 +14,8 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:
-    from agentspec.api import Executor, RunResult
-    from agentspec.assembly import Outcome, run
+    from agentspec.api import Executor, RunResult, run
+    from agentspec.assembly import Outcome
     from agentspec.bench.protocol import Bench, BenchTask, Score
     from agentspec.checkpoint import JsonState
     from agentspec.env import Environment, StateSnapshot
@@ -35,6 +35,7 @@ if typing.TYPE_CHECKING:
         ToolNotFound,
     )
     from agentspec.models import ModelClient, ModelConfig
+    from agentspec.results import Results
     from agentspec.run_spec import RunSpec, SporkSettings
     from agentspec.runtime.conversation import SAY, User, UserTurn
     from agentspec.runtime.modes import Mode
@@ -83,6 +84,7 @@ __all__ = [
     "Outcome",
     "Policy",
     "ReplayMismatch",
+    "Results",
     "RunResult",
     "RunSpec",
     "SAY",
@@ -137,6 +139,7 @@ _EXPORTS: dict[str, str] = {
     "ModelUnavailable": "agentspec.errors",
     "Observation": "agentspec.types",
     "Outcome": "agentspec.assembly",
+    "Results": "agentspec.results",
     "Policy": "agentspec.runtime.policies",
     "ReplayMismatch": "agentspec.errors",
     "RunResult": "agentspec.api",
@@ -162,7 +165,7 @@ _EXPORTS: dict[str, str] = {
     "UserTurn": "agentspec.runtime.conversation",
     "WithTools": "agentspec.wrapped_backend",
     "render_result": "agentspec.tools",
-    "run": "agentspec.assembly",
+    "run": "agentspec.api",
     "spec_from_function": "agentspec.tools",
     "tool": "agentspec.tools",
 }

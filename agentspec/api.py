@@ -45,11 +45,14 @@ from typing import Any, Self
 
 import anyio
 
+from agentspec import assembly
 from agentspec.assembly import Parts, build_loop
-from agentspec.env import Environment, StateSnapshot
+from agentspec.bench.protocol import DONE_WITH_ANSWER, Bench
+from agentspec.env import Environment, StateSnapshot, ToolkitEnvironment
 from agentspec.errors import ConfigError
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient, ModelConfig
+from agentspec.results import Results
 from agentspec.run_spec import RunSpec, learned_speculator
 from agentspec.runtime.executor import CommittedStep, ExecutionResult
 from agentspec.runtime.governor import Governor, SpeculatorPanel
@@ -58,7 +61,7 @@ from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.modes import Mode
 from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
 from agentspec.runtime.probe import FENCED_OPENING, LLMProber
-from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.runtime.runlog import RunLog, TaskLog, locked_out
 from agentspec.runtime.simulated import Role, SimulatedLatency
 from agentspec.runtime.spork import SporkConfig
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
@@ -70,38 +73,11 @@ DEFAULT_PROMPT = (
     "You are an agent that completes the user's task by calling tools, one call per turn. "
     "When the task is complete, call `done` with your final answer."
 )
-DONE = ToolSpec(
-    name="done",
-    description="Finish the task and give the final answer.",
-    parameters={"type": "object", "properties": {"answer": {"type": "string"}}, "required": []},
-    effect=Effect.READ_ONLY,
-)
+DONE = DONE_WITH_ANSWER
 
 
 Speculator = ModelConfig | Policy | str
 """One speculator of the Python API: a model endpoint, your own policy, or ``"learned:FILE"``."""
-
-
-class ToolkitEnvironment:
-    """A :class:`Toolkit` instance as an environment: its whole object is the state."""
-
-    def __init__(self, toolkit: Toolkit) -> None:
-        self.toolkit = toolkit
-
-    def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
-        return self.toolkit.specs()
-
-    def effect(self, name: str) -> Effect:
-        return self.toolkit.effect(name) if self.toolkit.has_tool(name) else Effect.MUTATING
-
-    def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
-        return self.toolkit.run(call, requestor)
-
-    def snapshot(self) -> StateSnapshot:
-        return StateSnapshot.of(self.toolkit)
-
-    def restore(self, snapshot: StateSnapshot) -> Self:
-        return type(self)(snapshot.load())
 
 
 class FunctionEnvironment:
@@ -312,6 +288,19 @@ class Executor:
             stream_every = self.spork_config.probe_every if role == "authority" else 1
             return SimulatedLatency(source, self.latency, role, stream_every)
         return source
+
+
+def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Results:
+    """Run ``spec`` (every mode over the same tasks, see :func:`agentspec.assembly.run`) and return its
+    :class:`~agentspec.results.Results`; with ``spec.out``, also written there (``results.json`` and the bench's
+    own formats), as ``agentspec run --out`` writes them.  ``bench``: your own
+    :class:`~agentspec.bench.protocol.Bench` object; by default the one registered as ``spec.bench``."""
+    outcome = assembly.run(spec, bench)
+    results = outcome.results()
+    if spec.out:
+        with locked_out(spec.out):  # the run held the folder; so does its last file
+            results.save(spec.out, outcome.bench)
+    return results
 
 
 def _learned_file(source: str) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,23 +30,25 @@ from typing import Any
 import anyio
 
 from agentspec.bench.episode import Episode, LoggedEpisode
-from agentspec.bench.protocol import Bench, solo_calls
+from agentspec.bench.protocol import Bench, ModeFigures, has_user, solo_calls, user_of
 from agentspec.bench.registry import BENCHES, open_bench, shipped_macros
 from agentspec.bench.registry import bench_data as registry_bench_data
-from agentspec.bench.roles import open_clients, plan_roles
+from agentspec.bench.roles import open_roles
 from agentspec.bench.runner import run_jobs
 from agentspec.data import sha256_file, unverified_data
 from agentspec.errors import AgentSpecError, ConfigError
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
 from agentspec.models.cassette import FILE as CASSETTE_FILE
-from agentspec.models.cassette import Cassette, ReplayMiss
+from agentspec.models.cassette import ReplayMiss
+from agentspec.results import Results, summarize
 from agentspec.run_spec import RunSpec, learned_speculator
 from agentspec.runtime.conversation import User, scripted_turns, steps_trajectory
 from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
 from agentspec.runtime.governor import Governor, GovernorConfig, SpeculatorPanel
 from agentspec.runtime.latency import LatencyModel
-from agentspec.runtime.modes import Mode, noisy_oracle_p
+from agentspec.runtime.metrics import ExecutionMetrics, aggregate
+from agentspec.runtime.modes import Mode
 from agentspec.runtime.policies import DONE, LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
 from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, LLMProber, Prober, SimulatedProber
 from agentspec.runtime.real_time import real_time_backend
@@ -60,7 +62,7 @@ from agentspec.speculator.policy import LearnedSpeculator
 from agentspec.speculator.runs import episode_speculator, fitted_for
 from agentspec.speculator.trajectories import task_text
 from agentspec.trajectories import trajectory_from_messages
-from agentspec.types import ToolCall, Trajectory
+from agentspec.types import TerminationReason, ToolCall, Trajectory
 
 Job = tuple[Any, int]
 """A task and its trial number."""
@@ -104,6 +106,43 @@ class Outcome:
     data: dict[str, Any] | None = None
     """The bench's data folder, whether it is the pinned release (``data_verified``) and its files' sha256."""
 
+    def results(self) -> Results:
+        """The run as :class:`~agentspec.results.Results`: its configuration, its settings and each mode's figures
+        (the bench's own too, :class:`~agentspec.bench.protocol.ModeFigures`), every episode's record."""
+        spec, bench = self.spec, self.bench
+        records = {mode: [e.record() for e in r.episodes] for mode, r in self.modes.items()}  # each built once
+        summaries = {mode: _mode_summary(bench, records[mode], r) for mode, r in self.modes.items()}
+        summary: dict[str, Any] = {
+            "bench": spec.bench or bench.name, "split": (spec.split or bench.default_split) if not spec.task_ids else "task-ids",
+            "agent": spec.agent, "speculator": spec.speculator_model, "play": "solo" if is_solo(spec, bench) else "normal",
+            "tasks": len(self.tasks), "trials": spec.trials,
+            "clock": "virtual (trio MockClock, autojump)" if self.virtual_clock else "wall",
+            "latency_model": spec.latency.name if spec.latency else None,
+            "models": "replayed from " + spec.replay if spec.replay else ("recorded to " + spec.record if spec.record else "live"),
+            "macros": self.macros_path, **(self.data or {}),
+            "modes": summaries, "speedup_vs_sequential": _speedups(summaries), "run_wall_s": round(self.wall_s, 3),
+        }
+        return Results.of(spec.model_dump(mode="json"), summary, records)
+
+
+def _mode_summary(bench: Bench[Any], records: list[dict[str, Any]], result: ModeResult) -> dict[str, Any]:
+    """One mode's figures: :func:`~agentspec.results.summarize`, the bench's own where it has some, the executor's
+    aggregate metrics, and the governor's report when the mode ran under one."""
+    own = bench.figures(records) if isinstance(bench, ModeFigures) and records else {}
+    metrics = [ExecutionMetrics(**(record.get("execution") or {}).get("metrics", {})) for record in records]
+    summary = summarize(records, result.wall_s) | own | aggregate(metrics)
+    if result.governor is not None:
+        summary["governor"] = result.governor
+    return summary
+
+
+def _speedups(summaries: dict[str, dict[str, Any]]) -> dict[str, float | None] | None:
+    """Mean task wall time of sequential over each mode's; None when sequential did not run (or ran no task)."""
+    base = summaries.get("sequential", {}).get("mean_task_wall_s")
+    if not base:
+        return None
+    return {mode: round(base / s["mean_task_wall_s"], 4) if s.get("mean_task_wall_s") else None for mode, s in summaries.items()}
+
 
 # --- one executor -----------------------------------------------------------------------
 
@@ -112,7 +151,7 @@ def executor_config(spec: RunSpec, mode: Mode) -> ExecutorConfig:
     return ExecutorConfig(mode=mode.base, depth=spec.depth, l_min=spec.l_min, seed=spec.seed, max_calls=spec.call_limit,
                           max_errors=spec.max_errors, verify_macros=spec.verify_macros,
                           speculate_first=spec.record is not None, draft_first=spec.draft_first,
-                          spec_width=spec.spec_width)
+                          spec_width=spec.spec_width, macro_commit=spec.macro_commit)
 
 
 def spork_config(spec: RunSpec) -> SporkConfig:
@@ -143,30 +182,6 @@ def speculator_names(spec: RunSpec) -> list[str]:
     for model in [spec.speculator_model or "speculator", *spec.more_speculators]:
         names.append(model if model not in names else f"{model}#{len(names) + 1}")
     return names
-
-
-def _is_model(speculator: str) -> bool:
-    """Whether a further speculator is a model endpoint (it needs a client), not a scripted or fitted one."""
-    return noisy_oracle_p(speculator) is None and speculator.partition(":")[0] != "learned"
-
-
-def speculator_roles(spec: RunSpec) -> dict[str, str]:
-    """Role name -> model of each further speculator that is a model (``speculator2``, ``speculator3``...)."""
-    return {f"speculator{i}": model for i, model in enumerate(spec.more_speculators, 2) if _is_model(model)}
-
-
-class _RoleFlags:
-    """The spec, read as flags, with a ``speculatorN_model`` for each further model speculator (see
-    :func:`~agentspec.bench.roles.plan_roles`)."""
-
-    def __init__(self, spec: RunSpec) -> None:
-        self._spec, self._more = spec, speculator_roles(spec)
-
-    def __getattr__(self, name: str) -> Any:
-        role, _, what = name.partition("_")
-        if role in self._more:
-            return self._more[role] if what == "model" else None
-        return getattr(self._spec, name)
 
 
 def mode_governor(spec: RunSpec, mode: Mode) -> Governor | None:
@@ -276,12 +291,12 @@ def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clien
             prober = LLMProber.of(model, opening=opening, max_tokens=spec.spork.probe_tokens)
             parts.prober = SimulatedProbeLatency(prober, simulated) if replayed else prober
     if not solo:
-        parts.user = bench.user(task, None if oracle else clients["user"])
+        parts.user = user_of(bench, task, None if oracle else clients["user"])
     return parts
 
 
 def is_solo(spec: RunSpec, bench: Bench[Any]) -> bool:
-    return spec.solo or not bench.has_user
+    return spec.solo or not has_user(bench)
 
 
 # --- episodes and modes ----------------------------------------------------------------------
@@ -310,6 +325,9 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
             raise  # a replay that lacks an answer replays nothing: the whole run is wrong, not this episode
         except AgentSpecError as exc:
             error = f"{type(exc).__name__}: {exc}"
+            if not trajectory.messages:  # what was committed before the failure stays in the record
+                partial = steps_trajectory(task.id, loop.steps, TerminationReason.AGENT_ERROR)
+                trajectory = partial.model_copy(update={"termination": None})
     execution = {
         "mode": mode.name,
         "spork_cost_model": loop.spork.report() if loop.spork is not None else None,
@@ -374,7 +392,7 @@ async def run_mode(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Sequence[
         from agentspec.cluster import Playbook, run_mode_on_ray
 
         solo = is_solo(spec, bench)
-        playbook = Playbook(solo, role_defaults(spec, solo), episode_parts, run_episode, log_config, prior_log)
+        playbook = Playbook(solo, episode_parts, run_episode, log_config, prior_log)
         return await run_mode_on_ray(spec, mode, bench, jobs, playbook, macros)
     path = log_path(spec, mode)
     previous = prior_log(spec, mode, jobs)
@@ -408,33 +426,10 @@ async def run_mode(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Sequence[
             log.close()
 
 
-def role_defaults(spec: RunSpec, solo: bool) -> dict[str, str | None]:
-    """The roles a run needs, each with the local model it gets when none is named (None: must be named)."""
-    from agentspec.models.embedded import DEFAULT_MODELS
-
-    roles: dict[str, str | None] = {}
-    if spec.agent == "llm":
-        roles["agent"] = DEFAULT_MODELS["agent"]
-        if not solo:
-            roles["user"] = DEFAULT_MODELS["user"] if not spec.role_named("agent") else None
-    if spec.needs_speculator and spec.noisy_p is None and spec.learned_path is None:
-        roles["speculator"] = None
-    return roles
-
-
 async def run_modes(spec: RunSpec, bench: Bench[Any], jobs: Sequence[Job], macros: MacroLibrary | None) -> dict[str, ModeResult]:
     """Open the role clients once, then run each mode of the spec over the same jobs."""
-    solo = is_solo(spec, bench)
-    plan = plan_roles(_RoleFlags(spec), role_defaults(spec, solo) | dict.fromkeys(speculator_roles(spec)))
-    if spec.speculator_hints is None:  # hints go where they are understood: a local model agentspec serves
-        spec = spec.model_copy(update={"speculator_hints": "agent" in plan.embedded})
-    if spec.agent == "llm" and not solo and "user" not in plan.endpoints and "user" not in plan.embedded:
-        raise ConfigError("normal mode needs --user-model (or AGENTSPEC_USER_MODEL); or pass --solo")
-    cassette = None
-    if spec.record or spec.replay:
-        cassette = Cassette(Path(spec.record or spec.replay or ""), "record" if spec.record else "replay")
-    async with AsyncExitStack() as stack:
-        clients = await open_clients(stack, spec, plan, cassette)
+    async with open_roles(spec, solo=is_solo(spec, bench)) as roles:
+        spec, clients = roles.spec, roles.clients
         results: dict[str, ModeResult] = {}
         learner = None
         for mode in spec.modes:
@@ -522,7 +517,7 @@ def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Outcome:
         with unverified_data(spec.unverified_data):
             bench = open_bench(spec.bench, spec.data_dir, backend=spec.backend, max_steps=spec.max_steps,
                                max_errors=spec.max_errors, options=spec.bench_options)
-    if not spec.solo and not bench.has_user and spec.agent == "llm" and spec.user_model:
+    if not spec.solo and not has_user(bench) and spec.agent == "llm" and spec.user_model:
         raise ConfigError(f"{bench.name} has no user simulator: drop --user-model")
     tasks = select_tasks(spec, bench)
     jobs = [(task, trial) for trial in range(spec.trials) for task in tasks]

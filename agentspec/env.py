@@ -4,6 +4,10 @@ An environment executes tool calls for a requestor and can be snapshotted.
 Snapshots are frozen values (serialised state plus a content hash) and never
 share mutable state with the environment they came from: restoring builds a
 new environment instead of patching one in place.
+
+:class:`ToolkitEnvironment` makes a :class:`~agentspec.tools.Toolkit` instance an
+environment, for any bench whose tools are a toolkit run in this process (GAIA's
+reading tools) and for the Python API's toolkits.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol, Self, runtime_checkable
 
-from agentspec.errors import SnapshotError
+from agentspec.errors import ConfigError, SnapshotError
+from agentspec.tools import Toolkit
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
 
 
@@ -84,3 +89,38 @@ class Environment(Protocol):
     def restore(self, snapshot: StateSnapshot) -> Self:
         """A new environment in the snapshot's state (this one is left untouched)."""
         ...
+
+
+class ToolkitEnvironment:
+    """A :class:`~agentspec.tools.Toolkit` instance as an environment: its whole object is the state, copied by
+    every snapshot.
+
+    ``shared``: the toolkit's tools only read (a question's files, a search index), so there is no state to copy
+    and every fork shares the one toolkit; a tool it does not have is ``external`` then (never run in a fork, as
+    nothing would isolate it).  A shared toolkit with a tool that is not read-only is a ConfigError.
+    """
+
+    def __init__(self, toolkit: Toolkit, *, shared: bool = False) -> None:
+        if shared:
+            writers = [spec.name for spec in toolkit.specs() if spec.effect is not Effect.READ_ONLY]
+            if writers:
+                raise ConfigError(f"a shared toolkit's tools must only read; these do not: {', '.join(writers)}")
+        self.toolkit = toolkit
+        self.shared = shared
+
+    def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
+        return self.toolkit.specs()
+
+    def effect(self, name: str) -> Effect:
+        if self.toolkit.has_tool(name):
+            return self.toolkit.effect(name)
+        return Effect.EXTERNAL if self.shared else Effect.MUTATING
+
+    def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
+        return self.toolkit.run(call, requestor)
+
+    def snapshot(self) -> StateSnapshot:
+        return StateSnapshot(data=b"") if self.shared else StateSnapshot.of(self.toolkit)
+
+    def restore(self, snapshot: StateSnapshot) -> Self:
+        return self if self.shared else type(self)(snapshot.load())

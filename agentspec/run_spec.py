@@ -108,6 +108,9 @@ class RunSpec(BaseModel):
     """Overrides the call limit derived from ``max_steps``."""
     max_errors: int = Field(10, ge=1)
     verify_macros: bool = False
+    macro_commit: Literal["verified", "trusted"] = "verified"
+    """SMC: ``verified`` commits only the prefix of a fired macro's chain the authority verifies (lossless; the
+    paper's lossy commit where the authority cannot verify, said in the summary), ``trusted`` the paper's commit."""
     macros: str | None = None
     """Macro library for smc; None takes the bench's shipped library when a mode is smc."""
     latency_model: str | LatencyModel | None = None
@@ -236,7 +239,7 @@ class RunSpec(BaseModel):
         if not mode.spork:
             settings.pop("spork", None)
         if mode.base != "smc":
-            for name in ("macros", "verify_macros", "l_min"):
+            for name in ("macros", "verify_macros", "l_min", "macro_commit"):
                 settings.pop(name, None)
         return settings
 

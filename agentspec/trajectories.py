@@ -7,9 +7,8 @@ observation it got (``None`` when unknown).  Two sources::
     [MinedTrajectory(task_id='[mms_issue]...', source='runs/oracle-base/results.json', steps=(...))]
     >>> gold_trajectories(bench, "train")        # doctest: +SKIP
 
-``read_results`` takes both layouts ``agentspec run`` writes: a plain run's
-``{"summary", "episodes": [record, ...]}`` and a speculative run's
-``{"summary", "episodes": {mode: [record, ...]}}``.  Only episodes with
+``read_results`` reads a run's ``results.json`` (any format :class:`agentspec.results.Results`
+reads).  Only episodes with
 ``reward >= min_reward`` and no recorded error are kept, and only the
 *agent's* calls (a user simulator's calls are not decisions a speculator
 makes).  ``gold_trajectories`` replays each task's gold calls in a fresh
@@ -19,7 +18,6 @@ observation into a later argument is part of what a macro records).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from pydantic import ValidationError
 
 from agentspec.bench.protocol import solo_calls
 from agentspec.errors import ConfigError
+from agentspec.results import PLAIN, Results, results_file
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Message, Observation, Requestor, ToolCall
 
@@ -79,44 +78,25 @@ def trajectory_from_messages(task_id: str, messages: Sequence[Message], source: 
     return MinedTrajectory(task_id, source, tuple(steps))
 
 
-def _records(data: Any, path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
-    episodes = data.get("episodes") if isinstance(data, dict) else None
-    if isinstance(episodes, list):
-        yield from ((str(path), record) for record in episodes)
-    elif isinstance(episodes, dict):
-        for mode, records in sorted(episodes.items()):
-            if not isinstance(records, list):
-                raise ConfigError(f"{path}: episodes[{mode!r}] is not a list of episode records")
-            yield from ((f"{path}#{mode}", record) for record in records)
-    else:
-        raise ConfigError(f"{path} is not an agentspec results file: no 'episodes' list or mode table")
-
-
 def read_results(path: str | Path, *, min_reward: float = 1.0) -> list[MinedTrajectory]:
-    """Successful trajectories of one run: ``path`` is a run folder or its ``results.json``."""
-    file = Path(path)
-    if file.is_dir():
-        file = file / "results.json"
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read run results {file}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{file} is not valid JSON: {exc}") from exc
+    """Successful trajectories of one run: ``path`` is a run folder or its ``results.json`` (read by
+    :meth:`agentspec.results.Results.load`)."""
+    results = Results.load(path)
+    file = results_file(path)
+    plain = list(results.episodes) == [PLAIN]  # the previous format's plain run: its records have no mode
     out = []
-    for source, record in _records(data, file):
-        if not isinstance(record, dict) or "task_id" not in record:
-            raise ConfigError(f"{source}: an episode record without a task_id")
-        reward = record.get("reward")
-        if record.get("error") or not isinstance(reward, (int, float)) or reward < min_reward:
-            continue
-        try:
-            messages = [Message.model_validate(m) for m in record.get("messages") or []]
-        except ValidationError as exc:
-            raise ConfigError(f"{source}: task {record['task_id']}: malformed message: {exc.errors()[0]['msg']}") from exc
-        trajectory = trajectory_from_messages(str(record["task_id"]), messages, source)
-        if trajectory.steps:
-            out.append(trajectory)
+    for mode, records in sorted(results.episodes.items()):
+        source = str(file) if plain else f"{file}#{mode}"
+        for record in records:
+            if record.error or record.reward < min_reward:
+                continue
+            try:
+                messages = [Message.model_validate(m) for m in record.messages]
+            except ValidationError as exc:
+                raise ConfigError(f"{source}: task {record.task_id}: malformed message: {exc.errors()[0]['msg']}") from exc
+            trajectory = trajectory_from_messages(record.task_id, messages, source)
+            if trajectory.steps:
+                out.append(trajectory)
     return out
 
 

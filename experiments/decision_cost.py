@@ -32,8 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentspec.assembly import episode_parts  # noqa: E402
 from agentspec.bench.registry import open_bench  # noqa: E402
-from agentspec.models import ModelClient, ModelConfig  # noqa: E402
-from agentspec.models.embedded import served_models  # noqa: E402
+from agentspec.bench.roles import open_roles  # noqa: E402
 from agentspec.run_spec import RunSpec  # noqa: E402
 from agentspec.runtime.policies import Decision, Policy, PredictedHistory  # noqa: E402
 
@@ -70,26 +69,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     task = bench.tasks(args.split, limit=args.task + 1)[args.task]
     spec = RunSpec.of(bench="tau2-telecom", agent="llm", solo=True, modes="sa", agent_model=args.authority_model,
                       speculator_model=args.speculator_model, max_tokens=128, speculator_hints=True)
-    models = [args.authority_model, args.speculator_model]
     ways: dict[str, list[tuple[float, Decision]]] = {name: [] for name in (
         "authority_alone", "speculator_alone", "authority_with_guess", "both_at_once.authority",
         "both_at_once.speculator", "both_at_once.pair")}
-    async with served_models(models, base_url=args.base_url, decoder="toolspec") as served:
-        configs = [ModelConfig(base_url=served.base_url, model=served.model_ids[name], timeout_s=3600, max_retries=0)
-                   for name in models]
-        async with ModelClient(configs[0]) as agent, ModelClient(configs[1]) as guesser:
-            parts = episode_parts(spec, spec.modes[0], bench, task, {"agent": agent, "speculator": guesser}, solo=True)
-            authority, speculator = parts.authority, parts.speculator
-            assert speculator is not None
-            warm = [await timed(authority, []), await timed(speculator, [])]  # prefills the prompt once
-            for _ in range(args.repeats):
-                ways["authority_alone"].append(await timed(authority, []))
-                guess = await timed(speculator, [])
-                ways["speculator_alone"].append(guess)
-                hinted = PredictedHistory([], [guess[1].call] if guess[1].call else [])
-                ways["authority_with_guess"].append(await timed(authority, hinted))
-                for name, sample in (await at_once(authority, speculator)).items():
-                    ways[f"both_at_once.{name}"].append(sample)
+    # Both are local models, served by one child `agentspec serve --decoder toolspec` (or the --base-url one); the
+    # environment's model endpoints do not apply.
+    async with open_roles(spec, server=args.base_url, env={}) as roles:
+        parts = episode_parts(roles.spec, spec.modes[0], bench, task, roles.clients, solo=True)
+        authority, speculator = parts.authority, parts.speculator
+        assert speculator is not None
+        warm = [await timed(authority, []), await timed(speculator, [])]  # prefills the prompt once
+        for _ in range(args.repeats):
+            ways["authority_alone"].append(await timed(authority, []))
+            guess = await timed(speculator, [])
+            ways["speculator_alone"].append(guess)
+            hinted = PredictedHistory([], [guess[1].call] if guess[1].call else [])
+            ways["authority_with_guess"].append(await timed(authority, hinted))
+            for name, sample in (await at_once(authority, speculator)).items():
+                ways[f"both_at_once.{name}"].append(sample)
     report = {name: summary(samples) for name, samples in ways.items()}
     calls = {call for name in ("authority_alone", "authority_with_guess", "both_at_once.authority")
              for call in report[name]["calls"]}

@@ -44,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bfcl_speed import DATA, gorilla_schema, load_questions
 from real_speculator import agentspec_run
 
-from agentspec.models import ModelClient, ModelConfig
+from agentspec.bench.roles import open_roles
+from agentspec.run_spec import RunSpec
 from agentspec.types import Message, ToolSpec
 
 ENGINES: dict[str, list[str]] = {
@@ -94,13 +95,15 @@ def bfcl_tools(row: dict[str, Any]) -> list[ToolSpec]:
 
 
 async def bfcl(base_url: str, model: str, questions: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
-    """Each question once through :class:`ModelClient` (after one untimed warm-up call)."""
-    config = ModelConfig(base_url=base_url, model=model, timeout_s=600, max_retries=0)
+    """Each question once through agentspec's client (after one untimed warm-up call): the engine's model as a
+    solo agent, opened as a run opens it (the environment's model endpoints do not apply)."""
+    spec = RunSpec.of(agent="llm", solo=True, agent_model=model)
     latencies: list[float] = []
     tokens: list[int] = []
     calls: dict[str, Any] = {}
     valid = 0
-    async with ModelClient(config) as client:
+    async with open_roles(spec, server=base_url, env={}) as roles:
+        client = roles.clients["agent"]
         await client.chat([Message(role="user", content="Hello")], max_tokens=4)
         for row in questions:
             tools = bfcl_tools(row)

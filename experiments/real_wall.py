@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentspec.assembly import episode_parts, load_macros, run_episode  # noqa: E402
 from agentspec.bench.registry import open_bench  # noqa: E402
-from agentspec.models import ModelClient, ModelConfig  # noqa: E402
-from agentspec.models.embedded import served_models  # noqa: E402
+from agentspec.bench.roles import open_roles  # noqa: E402
+from agentspec.models import ModelClient  # noqa: E402
 from agentspec.run_spec import RunSpec  # noqa: E402
 from agentspec.runtime.latency import LatencyModel, ToolLatency  # noqa: E402
 from agentspec.runtime.metrics import percentile  # noqa: E402
@@ -108,31 +108,31 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     warm_mode = next((mode for mode in modes if specs[mode].modes[0].base in ("sa", "smc")), modes[0])
     smc = next((spec for spec in specs.values() if spec.modes[0].base == "smc"), None)
     _, macros = load_macros(smc) if smc is not None else (None, None)
-    models = [args.authority_model, args.speculator_model]
+    # Both models local, served by one child `agentspec serve --decoder toolspec` (or the --base-url one) for
+    # every mode; the environment's model endpoints do not apply.
+    both = RunSpec.of(bench="tau2-telecom", agent="llm", solo=True, modes="sa", agent_model=args.authority_model,
+                      speculator_model=args.speculator_model)
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     warmups: list[dict[str, Any]] = []
     started = time.perf_counter()
-    async with served_models(models, base_url=args.base_url, decoder="toolspec") as served:
-        configs = {role: ModelConfig(base_url=served.base_url, model=served.model_ids[name], timeout_s=3600, max_retries=0)
-                   for role, name in (("agent", args.authority_model), ("speculator", args.speculator_model))}
-        async with ModelClient(configs["agent"]) as agent, ModelClient(configs["speculator"]) as speculator:
-            clients = {"agent": agent, "speculator": speculator}
-            for index, task in enumerate(tasks):
-                if args.warm:
-                    # Tasks share the policy, manual and tool schemas but not the ticket, which tau2 puts in the
-                    # system prompt before the ~4.7k tokens of schemas: a ticket the server has not seen costs a
-                    # prefill of minutes on CPU, landing on whichever mode plays it first.  One unmeasured
-                    # episode per task (in a speculating mode, so both models prefill) makes the modes start even.
-                    run = await play(specs[warm_mode], bench, task, clients, macros)
-                    warmups.append({"task": task.id, "mode": warm_mode, "wall_s": round(run["wall_s"], 1)})
-                    print(f"{task.id} warm-up ({warm_mode}): {run['wall_s']:.1f} s", file=sys.stderr, flush=True)
-                order = modes[index % len(modes):] + modes[:index % len(modes)]
-                for mode in order:
-                    run = await play(specs[mode], bench, task, clients, macros)
-                    runs[mode].append(run)
-                    print(f"{task.id} {mode}: {run['wall_s']:.1f} s, reward {run['reward']}", file=sys.stderr, flush=True)
+    async with open_roles(both, server=args.base_url, env={}) as roles:
+        clients = roles.clients
+        for index, task in enumerate(tasks):
+            if args.warm:
+                # Tasks share the policy, manual and tool schemas but not the ticket, which tau2 puts in the
+                # system prompt before the ~4.7k tokens of schemas: a ticket the server has not seen costs a
+                # prefill of minutes on CPU, landing on whichever mode plays it first.  One unmeasured
+                # episode per task (in a speculating mode, so both models prefill) makes the modes start even.
+                run = await play(specs[warm_mode], bench, task, clients, macros)
+                warmups.append({"task": task.id, "mode": warm_mode, "wall_s": round(run["wall_s"], 1)})
+                print(f"{task.id} warm-up ({warm_mode}): {run['wall_s']:.1f} s", file=sys.stderr, flush=True)
+            order = modes[index % len(modes):] + modes[:index % len(modes)]
+            for mode in order:
+                run = await play(specs[mode], bench, task, clients, macros)
+                runs[mode].append(run)
+                print(f"{task.id} {mode}: {run['wall_s']:.1f} s, reward {run['reward']}", file=sys.stderr, flush=True)
     if args.timelines:
-        from agentspec.runtime.timeline import plot_timeline
+        from agentspec.report.timeline import plot_timeline
 
         for mode, mode_runs in runs.items():
             plot_timeline(mode_runs[0]["timeline"], Path(args.timelines) / f"real-wall-{mode.replace('/', '-')}.png",

@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentspec.assembly import episode_parts, run_episode  # noqa: E402
 from agentspec.bench.registry import open_bench  # noqa: E402
-from agentspec.models import ModelClient, ModelConfig  # noqa: E402
-from agentspec.models.embedded import served_models  # noqa: E402
+from agentspec.bench.roles import open_roles  # noqa: E402
+from agentspec.models import ModelClient  # noqa: E402
 from agentspec.run_spec import RunSpec, SporkSettings  # noqa: E402
 from agentspec.runtime.latency import LatencyModel, ToolLatency  # noqa: E402
 from agentspec.runtime.metrics import percentile  # noqa: E402
@@ -85,23 +85,26 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     bench = open_bench(args.bench, args.data_dir, backend=args.backend)
     tasks = bench.tasks(args.split or bench.default_split, limit=args.limit)
     runs: dict[str, list[dict[str, Any]]] = {"sequential": [], "spork": []}
-    async with served_models([args.model], base_url=args.base_url, decoder="toolspec") as served:
-        config = ModelConfig(base_url=served.base_url, model=served.model_ids[args.model], timeout_s=3600, max_retries=0)
-        async with ModelClient(config) as client:
-            before = await server_stats(served.base_url)
-            for index, task in enumerate(tasks):
-                # A warm-up episode leaves every turn's prompt in the prefix cache, so that the measured
-                # runs (whichever goes first) prefill nothing but what they themselves add.
-                warm = await episode(bench, task, client, args, False)
-                print(f"{task.id} warm-up: {warm['wall_s']:.1f} s", file=sys.stderr, flush=True)
-                order = [False, True] if index % 2 == 0 else [True, False]
-                for spork in order:
-                    run = await episode(bench, task, client, args, spork)
-                    runs["spork" if spork else "sequential"].append(run)
-                    print(f"{task.id} {'spork' if spork else 'sequential'}: {run['wall_s']:.1f} s, "
-                          f"{json.dumps({k: run['metrics'].get(k) for k in ('probes', 'probe_hits', 'probe_name_hits', 'commits_spork')})}",
-                          file=sys.stderr, flush=True)
-            after = await server_stats(served.base_url)
+    # The local model, served by a child `agentspec serve --decoder toolspec` (or the --base-url one); the
+    # environment's model endpoints do not apply.
+    authority = RunSpec.of(bench=args.bench, agent="llm", solo=True, agent_model=args.model)
+    async with open_roles(authority, server=args.base_url, env={}) as roles:
+        client = roles.clients["agent"]
+        base_url = client.config.base_url
+        before = await server_stats(base_url)
+        for index, task in enumerate(tasks):
+            # A warm-up episode leaves every turn's prompt in the prefix cache, so that the measured
+            # runs (whichever goes first) prefill nothing but what they themselves add.
+            warm = await episode(bench, task, client, args, False)
+            print(f"{task.id} warm-up: {warm['wall_s']:.1f} s", file=sys.stderr, flush=True)
+            order = [False, True] if index % 2 == 0 else [True, False]
+            for spork in order:
+                run = await episode(bench, task, client, args, spork)
+                runs["spork" if spork else "sequential"].append(run)
+                print(f"{task.id} {'spork' if spork else 'sequential'}: {run['wall_s']:.1f} s, "
+                      f"{json.dumps({k: run['metrics'].get(k) for k in ('probes', 'probe_hits', 'probe_name_hits', 'commits_spork')})}",
+                      file=sys.stderr, flush=True)
+        after = await server_stats(base_url)
     seq, spk = summary(runs["sequential"]), summary(runs["spork"])
     probes = max(spk["probes"], 1)
     same = sum(a["calls"] == b["calls"] for a, b in zip(runs["sequential"], runs["spork"], strict=True))

@@ -10,8 +10,9 @@ from sandbox_support import needs_bwrap  # noqa: F401 - a fixture the workspace 
 
 import agentspec
 from agentspec import SAY, Bench, ConfigError, Effect, InProcessBackend, Mode, RunSpec, ToolCall, UserTurn
-from agentspec.api import ToolkitEnvironment
+from agentspec.bench.protocol import has_user
 from agentspec.cli import main
+from agentspec.env import ToolkitEnvironment
 from agentspec.runtime.conversation import conversation, say, scripted_turns
 from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
 from agentspec.runtime.policies import History, LLMPolicy, NoisyOracleSpeculator, OracleAuthority, history_messages
@@ -57,7 +58,7 @@ def test_run_spec_refuses_an_incoherent_run(fields, message, monkeypatch):
 
 def test_the_tau2_harness_is_a_bench(bench):
     assert isinstance(bench, Bench)
-    assert bench.has_user and bench.in_process and bench.default_split == "base"
+    assert has_user(bench) and bench.in_process and bench.default_split == "base"
 
 
 # --- normal mode ------------------------------------------------------------------------------
@@ -223,11 +224,11 @@ def test_workspace_demo_runs_in_docker_containers_through_the_api(dev_image, doc
     bench = WorkspaceBench(backend="docker", image=dev_image, client=docker_client)
     spec = RunSpec.of(agent="oracle", modes="sequential,sa", speculator_model="noisy-oracle:1.0",
                       task_ids=["ws-fix-add", "ws-clean-logs"], progress=False)
-    outcome = agentspec.run(spec, bench=bench)
-    assert list(outcome.modes) == ["sequential", "sa"] and not outcome.virtual_clock
-    for mode, result in outcome.modes.items():
-        assert [e.reward for e in result.episodes] == [1.0, 1.0], mode
-    sa = [e.record()["execution"]["metrics"] for e in outcome.modes["sa"].episodes]
+    results = agentspec.run(spec, bench=bench)
+    assert list(results.episodes) == ["sequential", "sa"] and results.summary.as_dict()["clock"] == "wall"
+    for mode, records in results.episodes.items():
+        assert [e.reward for e in records] == [1.0, 1.0], mode
+    sa = [(e.execution or {})["metrics"] for e in results.episodes["sa"]]
     assert sum(m["speculative_tool_calls"] for m in sa) > 0
 
 

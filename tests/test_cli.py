@@ -23,12 +23,12 @@ def test_oracle_run_writes_results(tau2_dir, tmp_path, capsys):
     argv = ["run", "--bench", "tau2-telecom", "--split", "small", "--agent", "oracle", "--data-dir", str(tau2_dir),
             "--out", str(tmp_path / "out"), "--trials", "2", "--concurrency", "4", "--no-progress"]
     assert main(argv) == 0
-    summary = last_json(capsys)
-    assert summary["tasks"] == 20 and summary["episodes"] == 40
-    assert summary["reward_mean"] == 1.0 and summary["pass_hat_k"] == {"1": 1.0, "2": 1.0}
-    assert summary["wall_s"] > 0
+    figures = last_json(capsys)["modes"]["sequential"]  # without --mode, a run is sequential
+    assert figures["tasks"] == 20 and figures["episodes"] == 40
+    assert figures["reward_mean"] == 1.0 and figures["pass_hat_k"] == {"1": 1.0, "2": 1.0}
+    assert figures["wall_s"] > 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
-    record = results["episodes"][0]
+    record = results["episodes"]["sequential"][0]
     assert {"task_id", "reward", "evaluation", "steps", "timings", "messages"} <= set(record)
     assert record["evaluation"]["env_assertions"][0]["passed"] is True
 
@@ -132,5 +132,5 @@ def test_console_script_prints_json_last_and_progress_on_stderr(tau2_dir, tmp_pa
                                  str(tau2_dir), "--out", str(tmp_path)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["tasks"] == 114 and summary["reward_mean"] == 1.0
+    assert summary["tasks"] == 114 and summary["modes"]["sequential"]["reward_mean"] == 1.0
     assert "114/114" in done.stderr

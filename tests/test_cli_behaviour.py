@@ -16,6 +16,7 @@ from scripted_openai_server import ScriptedFailure, ScriptedOpenAIServer
 from agentspec.bench.roles import plan_roles
 from agentspec.cli import build_parser, main
 from agentspec.errors import ConfigError
+from agentspec.run_spec import RunSpec
 
 AIRPLANE = "[service_issue]airplane_mode_on[PERSONA:None]"
 NOT_UTF8 = b'[{"requestor": "user", "name": "\xff\xfe"}]'
@@ -164,17 +165,18 @@ def test_an_endpoint_answering_501_to_everything_exits_2(tau2_dir, tmp_path, cap
                               "--data-dir", str(tau2_dir))
     assert_one_line_error(code, err, "HTTP 501")
     assert "Not Implemented here" in err and out == ""
-    if not mode:  # the plain runner records the failed episodes first (the executor raises from its task group)
+    if not mode:  # without --mode the run is sequential: its failed episodes are recorded first
         assert "all 1 episode(s) failed on the model endpoint" in err
-        assert json.loads((tmp_path / "results.json").read_text())["summary"]["terminations"] == {"error": 1}
+        results = json.loads((tmp_path / "results.json").read_text())
+        assert results["summary"]["modes"]["sequential"]["terminations"] == {"error": 1}
 
 
 # --------------------------------------------------------------------------- local model names for any role
 
 
 def namespace(**flags):
-    return argparse.Namespace(**{f"{role}_{what}": flags.get(f"{role}_{what}") for role in ("agent", "user", "speculator")
-                                 for what in ("model", "base_url")}, temperature=None)
+    """The roles' flags as the spec every entry point builds (plan_roles takes a RunSpec only)."""
+    return RunSpec(**flags)
 
 
 def test_roles_naming_one_local_model_share_one_embedded_server():
@@ -234,7 +236,7 @@ def test_spork_with_a_local_agent_name_serves_it_embedded(tau2_dir, tmp_path, ca
 
 
 def test_timeline_of_a_long_task_is_readable(tau2_dir, tmp_path, capsys):
-    from agentspec.runtime.timeline import LANE_NAMES, draw_timeline, wrap_title
+    from agentspec.report.timeline import LANE_NAMES, draw_timeline, wrap_title
 
     long_task = ("[mms_issue]airplane_mode_on|bad_network_preference|bad_wifi_calling|break_apn_mms_setting|"
                  "break_app_sms_permission|data_mode_off|data_usage_exceeded|unseat_sim_card|"
@@ -267,7 +269,7 @@ def test_timeline_of_a_long_task_is_readable(tau2_dir, tmp_path, capsys):
 
 
 def test_wrap_title_breaks_long_ids_at_bars():
-    from agentspec.runtime.timeline import wrap_title
+    from agentspec.report.timeline import wrap_title
 
     text = "[mms_issue]" + "|".join(f"issue_number_{i}" for i in range(12)) + "[PERSONA:None]"
     lines = wrap_title(text, width=60).splitlines()

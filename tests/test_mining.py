@@ -257,10 +257,10 @@ def test_observe_moves_lcb_as_beta_says():
 # --------------------------------------------------------------------------- trajectories
 
 
-def test_results_of_both_layouts_give_successful_agent_trajectories(tau2_dir, tmp_path, capsys):
-    plain, spec = tmp_path / "plain", tmp_path / "spec"
+def test_results_of_runs_give_successful_agent_trajectories(tau2_dir, tmp_path, capsys):
+    plain, spec = tmp_path / "plain", tmp_path / "spec"  # plain: no --mode (sequential)
     ids = "[service_issue]airplane_mode_on[PERSONA:None],[service_issue]break_apn_settings[PERSONA:None]"
-    for argv in (["--out", str(plain)], ["--solo", "--mode", "sequential,sa", "--speculator-model", "noisy-oracle:0.8", "--out", str(spec)]):
+    for argv in (["--solo", "--out", str(plain)], ["--solo", "--mode", "sequential,sa", "--speculator-model", "noisy-oracle:0.8", "--out", str(spec)]):
         assert main(["run", "--bench", "tau2-telecom", "--agent", "oracle", "--task-ids", ids, "--data-dir", str(tau2_dir),
                      "--no-progress", *argv]) == 0
     capsys.readouterr()
@@ -273,7 +273,7 @@ def test_results_of_both_layouts_give_successful_agent_trajectories(tau2_dir, tm
     assert len(deduplicate([*from_plain, *from_spec])) == 2
     # A failed episode is not mined.
     data = json.loads((plain / "results.json").read_text())
-    data["episodes"][0]["reward"] = 0.0
+    data["episodes"]["sequential"][0]["reward"] = 0.0
     (plain / "results.json").write_text(json.dumps(data))
     assert [t.task_id for t in read_results(plain)] == ids.split(",")[1:]
 
@@ -286,7 +286,8 @@ def test_user_calls_of_a_normal_mode_run_are_not_the_agents(tmp_path):
         {"role": "tool", "content": "off", "tool_call_id": "u1", "requestor": "user"},
         {"role": "assistant", "content": "done ###STOP###"},
     ]
-    (tmp_path / "results.json").write_text(json.dumps({"summary": {}, "episodes": [{"task_id": "t", "reward": 1.0, "messages": messages}]}))
+    (tmp_path / "results.json").write_text(json.dumps({"summary": {"bench": "tau2-telecom", "modes": {"sequential": {}}},
+                                                       "episodes": {"sequential": [{"task_id": "t", "reward": 1.0, "messages": messages}]}}))
     [trajectory] = read_results(tmp_path)
     assert [c.name for c in trajectory.calls] == ["get_customer_by_phone"] and trajectory.steps[0][1].content == '{"customer_id": "C1001"}'
 
@@ -441,8 +442,10 @@ def test_mine_prints_the_funnel_and_reproduces_the_shipped_library(tau2_dir, tmp
 def test_mine_restricts_runs_to_the_split(tau2_dir, tmp_path, capsys, bench):
     train = bench.tasks("train")[0].id
     test = bench.tasks("test")[0].id
-    assert main(["run", "--bench", "tau2-telecom", "--agent", "oracle", "--task-ids", f"{train},{test}", "--data-dir", str(tau2_dir),
-                 "--no-progress", "--out", str(tmp_path / "run")]) == 0
+    # solo: the agent makes every gold call (in normal play a task whose gold calls are all the user's leaves the
+    # agent no trajectory to mine, inside the split or out of it)
+    assert main(["run", "--bench", "tau2-telecom", "--agent", "oracle", "--solo", "--task-ids", f"{train},{test}",
+                 "--data-dir", str(tau2_dir), "--no-progress", "--out", str(tmp_path / "run")]) == 0
     capsys.readouterr()
     summary = mine_cli(capsys, "--split", "train", "--no-gold", "--runs", str(tmp_path / "run"), "--speculator-model",
                        "noisy-oracle:0.8", "--data-dir", str(tau2_dir), "--out", str(tmp_path / "lib.json"))
@@ -479,7 +482,7 @@ def test_mine_with_a_model_speculator_over_http(tau2_dir, tmp_path, capsys):
     (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--seed", "-1"], "--seed"),
     (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--min-reward", "1.5"], "--min-reward"),
     (["--speculator-model", "noisy-oracle:0.8", "--out", "."], "is a folder"),
-    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--runs", "/nonexistent"], "cannot read"),
+    (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--runs", "/nonexistent"], "/nonexistent: no such folder or file"),
     (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--no-gold"], "--runs"),
     (["--speculator-model", "noisy-oracle:3", "--out", "x.json"], "in [0, 1]"),
     (["--speculator-model", "noisy-oracle:0.8", "--out", "x.json", "--split", "nope"], "unknown split"),

@@ -521,8 +521,10 @@ def _imported_modules() -> dict[str, str]:
     return found
 
 
-OWN_VENVS = {"appworld": "envs/appworld/"}
-"""Modules imported only by code that runs in a bench's own venv (AppWorld pins pydantic<2): the file prefix."""
+OWN_VENVS = {"appworld": "envs/appworld/", "tau2": "agentspec/bench/tau2/official_check.py",
+             "loguru": "agentspec/bench/tau2/official_check.py"}
+"""Modules imported only by code that runs in a bench's own venv (AppWorld pins pydantic<2; the official tau2
+package and its logger, which only re-scores a run's tau2 files): the file prefix."""
 
 
 EXTRA_MODULES = {"llama_cpp": "llama-cpp-python"}

@@ -15,7 +15,7 @@ import pytest
 from sandbox_support import unavailable
 
 from agentspec.cli import main
-from agentspec.report.load import RESULTS_FORMAT
+from agentspec.results import RESULTS_FORMAT
 
 MODES = ["sequential", "sa", "smc"]
 SUMMARY_KEYS = ["reward_mean", "mean_task_wall_s", "p50_wall_s", "p95_wall_s", "authority_calls", "authority_skipped",
@@ -145,9 +145,25 @@ def test_report_compares_runs_and_reads_a_plain_run(modes_run: Path, tau2_dir: P
     assert summary == {"report": str(tmp_path / "compare.html"), "runs": 2, "tasks": 4, "modes": 4,
                        "bytes": (tmp_path / "compare.html").stat().st_size}
     page = _read(tmp_path / "compare.html")
-    assert float(page.figures[("plain", "plain", "reward_mean")]) == 1.0
-    # A wall-clock run is not compared with a virtual-clock sequential.
-    assert page.figures[("plain", "plain", "speedup_vs_sequential")] == ""
+    # Without --mode, a run is sequential (on the wall clock: compared with itself, not with a virtual-clock run).
+    assert float(page.figures[("plain", "sequential", "reward_mean")]) == 1.0
+    assert float(page.figures[("plain", "sequential", "speedup_vs_sequential")]) == 1.0
+
+
+def test_report_reads_a_plain_run_of_the_previous_format(modes_run: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # agentspec.results/v1: a plain run (tau2's own loop) wrote its figures at the top and one list of episodes.
+    sequential = json.loads((modes_run / "results.json").read_text(encoding="utf-8"))["episodes"]["sequential"]
+    figures = {"tasks": 2, "episodes": 2, "reward_mean": 1.0, "pass_hat_k": {"1": 1.0}, "terminations": {"agent_stop": 2},
+               "failed_episodes": 0, "first_error": None, "wall_s": 0.1}
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "results.json").write_text(json.dumps({"format": "agentspec.results/v1", "summary": {
+        "bench": "tau2-telecom", "split": "test", "agent": "oracle", **figures}, "episodes": sequential}), encoding="utf-8")
+    code, _, _ = _run(["report", str(old), "--out", str(tmp_path / "old.html")], capsys)
+    assert code == 0
+    page = _read(tmp_path / "old.html")
+    assert float(page.figures[("old", "plain", "reward_mean")]) == 1.0
 
 
 def test_token_level_figures_come_from_toolspec_usage(modes_run: Path, tmp_path: Path,

@@ -80,7 +80,7 @@ def test_a_second_run_into_a_folder_in_use_exits_2_naming_the_holder(tau2_dir, t
             err = _error(capsys)
             assert f"--out {out} is in use by another run (pid {holder.pid} on " in err
             plain = ["run", "--bench", "tau2-telecom", "--agent", "oracle", "--data-dir", str(tau2_dir), "--limit", "1",
-                     "--no-progress", "--out", str(out)]  # tau2's own loop: no run log, but results.json
+                     "--no-progress", "--out", str(out)]  # without --mode: sequential, refused alike
             assert main(plain) == 2 and f"--out {out} is in use by another run" in _error(capsys)
             assert not (out / "run-sa.log.jsonl").exists() and not (out / "results.json").exists()
         finally:

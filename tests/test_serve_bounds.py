@@ -20,6 +20,7 @@ from decoding_support import SMOL, local
 from local_models import WEATHER_TOOLS
 
 from agentspec.cli import build_parser
+from agentspec.cli.commands.serve import serve_command
 from agentspec.decoding import drafter as drafter_module
 from agentspec.decoding.drafter import MAX_BOX_BYTES, MAX_BOX_HINTS, HintBox
 from agentspec.serve import ServerThread, create_app, load_engines
@@ -415,7 +416,7 @@ def _served_app(monkeypatch: pytest.MonkeyPatch, argv: list[str], engines: dict[
 
     monkeypatch.setattr(server_module, "load_engines", lambda *args, **kwargs: engines or {})
     monkeypatch.setattr(server_module, "serve_until_stopped", keep)
-    server_module.serve_command(build_parser().parse_args(["serve", "--model", "m", "--port", "0", *argv]))
+    serve_command(build_parser().parse_args(["serve", "--model", "m", "--port", "0", *argv]))
     return served["app"]
 
 

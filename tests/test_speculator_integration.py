@@ -133,12 +133,12 @@ def test_without_the_governor_there_is_no_report(speculator_file: Path) -> None:
 
 
 class Abstains:
-    """A speculator that never guesses (a model that answered no call)."""
+    """A speculator that never guesses (a model that answered text, no call; a bare "no call" predicts the end)."""
 
     async def decide(self, history):
         from agentspec import Decision
 
-        return Decision(call=None)
+        return Decision(call=None, text="I cannot tell")
 
 
 def test_a_list_of_speculators_is_asked_in_turn_under_one_governor(speculator_file: Path) -> None:
@@ -168,16 +168,17 @@ def test_agentspec_run_takes_the_learned_speculator_width_and_governor(tau2_dir,
         spec = RunSpec.of(bench="tau2-telecom", data_dir=str(tau2_dir), split="test", limit=2, solo=True,
                           agent="oracle", speculator_model=f"learned:{tau2_speculator}", modes="sequential,sa",
                           latency_model="smc-paper", progress=False, **options)
-        return run(spec).modes
+        return run(spec)  # the run's Results
 
     wide, ungoverned = outcome(spec_width=3), outcome(governor=False)
-    for modes in (wide, ungoverned):
-        assert [e.reward for e in modes["sa"].episodes] == [e.reward for e in modes["sequential"].episodes] == [1.0] * 2
-    alternatives = [e.execution["metrics"]["alternative_tool_calls"] for e in wide["sa"].episodes]
+    for results in (wide, ungoverned):
+        assert [e.reward for e in results.episodes["sa"]] == [e.reward for e in results.episodes["sequential"]] == [1.0] * 2
+    alternatives = [(e.execution or {})["metrics"]["alternative_tool_calls"] for e in wide.episodes["sa"]]
     assert sum(alternatives) > 0
-    assert sum(e.execution["metrics"]["alternative_tool_calls"] for e in ungoverned["sa"].episodes) == 0
-    assert list(wide["sa"].governor) == [f"learned:{tau2_speculator}"] and ungoverned["sa"].governor is None
-    assert wide["sequential"].governor is None
+    assert sum((e.execution or {})["metrics"]["alternative_tool_calls"] for e in ungoverned.episodes["sa"]) == 0
+    governor = wide.summary.modes["sa"].governor
+    assert governor is not None and list(governor) == [f"learned:{tau2_speculator}"]
+    assert ungoverned.summary.modes["sa"].governor is None and wide.summary.modes["sequential"].governor is None
 
 
 # --------------------------------------------------------------------------- custom tau2 data
@@ -247,7 +248,7 @@ def test_speculator_fit_on_custom_data_with_the_flag_says_unverified(renamed, tm
     assert json.loads(out.read_text(encoding="utf-8"))["fitted_on"]["task_ids"] == sorted(ids)
 
 
-def test_the_plain_tau2_run_writes_data_verified_into_results_json(renamed, tmp_path, capsys):
+def test_a_run_without_mode_writes_data_verified_into_results_json(renamed, tmp_path, capsys):
     folder, ids = renamed
     out = tmp_path / "out"
     assert main(["run", "--bench", "tau2-telecom", "--task-ids", ids[0], "--agent", "oracle", "--data-dir", str(folder),
@@ -258,7 +259,7 @@ def test_the_plain_tau2_run_writes_data_verified_into_results_json(renamed, tmp_
     assert summary["data_sha256"] == printed["data_sha256"]
     assert summary["data_sha256"]["telecom/split_tasks.json"] == sha256_file(folder / "telecom" / "split_tasks.json")
     assert summary["data_sha256"]["telecom/db.toml"] == TAU2_DATA.files["telecom/db.toml"]
-    assert summary["reward_mean"] == 1.0  # the renamed task ran
+    assert summary["modes"]["sequential"]["reward_mean"] == 1.0  # the renamed task ran
 
 
 # --------------------------------------------------------------------------- review fixes (held-out, online, clock)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sandbox_support import needs_bwrap  # noqa: F401 - fixture
 
-from agentspec.bench.protocol import Bench, Score
+from agentspec.bench.protocol import Bench, Score, has_user, user_of
 from agentspec.errors import ConfigError
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Effect, Step, TerminationReason, ToolCall
@@ -150,7 +150,7 @@ def test_the_bench_satisfies_the_protocol() -> None:
     bench = WorkspaceBench()
     assert isinstance(bench, Bench)
     assert bench.name == "workspace-demo"
-    assert bench.has_user is False
+    assert not has_user(bench)
     for task in bench.tasks("all"):
         specs = bench.tools(task, solo=True)
         assert [spec.name for spec in specs][-1] == "done"
@@ -164,7 +164,7 @@ def test_the_bench_satisfies_the_protocol() -> None:
 def test_the_bench_has_no_user() -> None:
     bench = WorkspaceBench()
     with pytest.raises(ConfigError, match="workspace-demo has no user simulator"):
-        bench.user(bench.task("ws-fix-add"), None)
+        user_of(bench, bench.task("ws-fix-add"), None)
 
 
 def test_from_data_dir_ignores_the_cli_arguments() -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from agentspec.bench.protocol import Score
@@ -21,6 +22,8 @@ class Episode:
     error: str | None = None
     execution: dict[str, Any] | None = None
     """Speculative-executor details (mode, metrics, committed step sources, timeline) when one ran."""
+    ended_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    """When the episode ended (ISO 8601, UTC): an Episode is built once its episode is over and scored."""
 
     @property
     def reward(self) -> float:
@@ -41,6 +44,7 @@ class Episode:
             "timings": self.timings,
             "error": self.error,
             "execution": self.execution,
+            "ended_at": self.ended_at,
             "messages": [m.model_dump(mode="json", exclude_defaults=True) for m in self.trajectory.messages],
         }
 

@@ -1,33 +1,43 @@
 """The seam between a benchmark and agentspec's runs: what a bench provides, nothing about how runs go.
 
-A bench holds domain knowledge only: its tasks, a fresh environment per task
-(as a :class:`~agentspec.snapshot.SnapshotBackend`), the agent's tools (each
-with its effect) and system prompt, the gold calls where it has them, an
-optional user simulator, and how an episode is scored.  The assembly
-(:mod:`agentspec.assembly`) turns a :class:`~agentspec.run_spec.RunSpec` and a
-bench into running episodes in every mode; no bench builds an executor.
+A bench holds domain knowledge only: its tasks (anything with a stable ``id``:
+:class:`BenchTask`), a fresh environment per task (as a
+:class:`~agentspec.snapshot.SnapshotBackend`), the agent's tools (each with its
+effect) and system prompt, the gold calls where it has them, and how an episode
+is scored (:class:`Bench`).  The assembly (:mod:`agentspec.assembly`) turns a
+:class:`~agentspec.run_spec.RunSpec` and a bench into running episodes in every
+mode; no bench builds an executor.
+
+What only some benches have is a protocol of its own, found with ``isinstance``:
+a user simulator (:class:`UserSimulator`), figures of their own per mode
+(:class:`ModeFigures`), their tools' own output formats (:class:`OfficialOutputs`),
+a scorer for answer files (:class:`AnswerScorer`).  What every bench shares is
+written once here: the ``done`` tool (:func:`done_tool`) and the distractors of
+a noisy speculator (:func:`distractors`); an in-process toolkit environment is
+:class:`agentspec.env.ToolkitEnvironment`.
 
 Two ways to play a task:
 
 * **solo**: the agent makes every call itself and ends by calling ``done``;
-* **normal** (only where ``has_user`` is true): the agent talks to a user
+* **normal** (only for a :class:`UserSimulator`): the agent talks to a user
   simulator; a message to the user is the call :data:`~agentspec.runtime.conversation.SAY`,
   answered by the user's turn (its own tool calls, then its reply).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from agentspec.models import ModelClient
-from agentspec.runtime.conversation import User
-from agentspec.snapshot import SnapshotBackend
-from agentspec.types import Requestor, Step, TerminationReason, ToolCall, ToolSpec
+from agentspec.errors import ConfigError
+from agentspec.types import Effect, Requestor, Step, TerminationReason, ToolCall, ToolSpec
 
-T = TypeVar("T")
+if TYPE_CHECKING:  # a bench module imports this one: it stays free of the model clients and the runtime
+    from agentspec.models import ModelClient
+    from agentspec.runtime.conversation import User
+    from agentspec.snapshot import SnapshotBackend
 
 
 class BenchTask(Protocol):
@@ -35,6 +45,10 @@ class BenchTask(Protocol):
 
     @property
     def id(self) -> str: ...
+
+
+T = TypeVar("T", bound=BenchTask)
+T_contra = TypeVar("T_contra", bound=BenchTask, contravariant=True)
 
 
 @runtime_checkable
@@ -48,11 +62,9 @@ class Score(Protocol):
 
 @runtime_checkable
 class Bench(Protocol[T]):
-    """A benchmark agentspec can run in every mode (see the module docstring)."""
+    """A benchmark agentspec can run in every mode (see the module docstring); ``T``: its task type."""
 
     name: str
-    has_user: bool
-    """Whether normal mode exists (a user simulator to talk to); otherwise every episode is solo."""
     default_split: str
     """The split a run takes when none is named."""
     in_process: bool
@@ -81,16 +93,11 @@ class Bench(Protocol[T]):
         ...
 
     def distractors(self) -> list[ToolCall]:
-        """Plausible calls for a noisy speculator to get wrong (every distinct gold call, say)."""
+        """Plausible calls for a noisy speculator to get wrong: :func:`distractors` of the bench's gold calls."""
         ...
 
     def value_patterns(self) -> list[tuple[str, str, str | None]]:
         """Task-specific values for macro mining: (slot type, value regex, argument-name regex or None)."""
-        ...
-
-    def user(self, task: T, client: ModelClient | None) -> User:
-        """Normal mode's user simulator: a model's (``client``) or, with ``None``, one that plays the gold
-        script's user side.  Only called where ``has_user``."""
         ...
 
     async def evaluate(
@@ -100,6 +107,33 @@ class Bench(Protocol[T]):
         """Score a finished episode from its committed steps (``live``: the environment they left; ``final``: the
         arguments of the agent's closing ``done`` call, e.g. its answer)."""
         ...
+
+
+# --- optional features: each a protocol of its own, found with isinstance ----------------------------
+
+
+@runtime_checkable
+class UserSimulator(Protocol[T_contra]):
+    """A bench with normal mode: a user simulator for the agent to talk to.  A bench without one is played solo,
+    and needs nothing to say so."""
+
+    def user(self, task: T_contra, client: ModelClient | None) -> User:
+        """Normal mode's user simulator: a model's (``client``) or, with ``None``, one that plays the gold
+        script's user side."""
+        ...
+
+
+def has_user(bench: Bench[Any]) -> bool:
+    """Whether ``bench`` has a normal mode (a :class:`UserSimulator`); otherwise every episode is solo."""
+    return isinstance(bench, UserSimulator)
+
+
+def user_of(bench: Bench[T], task: T, client: ModelClient | None) -> User:
+    """``bench``'s user simulator for ``task``; ConfigError for a bench that has none."""
+    if not isinstance(bench, UserSimulator):
+        raise ConfigError(f"{bench.name} has no user simulator: its episodes are solo")
+    simulator: UserSimulator[T] = bench
+    return simulator.user(task, client)
 
 
 @runtime_checkable
@@ -119,6 +153,55 @@ class OfficialOutputs(Protocol):
         """Write the official files for each mode's episode records (``records``: mode name -> records, as in
         ``results.json``) under ``out``; the paths written."""
         ...
+
+
+@runtime_checkable
+class AnswerScorer(Protocol):
+    """A bench whose answers can be scored from a file (``agentspec score``: GAIA's leaderboard submissions)."""
+
+    def score_answers(self, path: str | Path, *, split: str) -> dict[str, Any]:
+        """The file's answers (``task_id``, ``model_answer`` per line) scored against the split's references."""
+        ...
+
+
+# --- what every bench shares ---------------------------------------------------------------------------
+
+DONE = "done"
+"""The name of the tool a solo episode ends with (the executor ends an episode on it)."""
+
+
+def done_tool(description: str, *, answer: bool = False, required: Sequence[str] | None = None) -> ToolSpec:
+    """The ``done`` tool a solo agent ends its episode with: read-only (ending changes nothing).
+
+    ``answer``: it takes the agent's final answer, a string (``evaluate`` reads it from ``final``);
+    ``required``: the arguments its schema lists as required (None: the schema has no ``required`` key).
+    Benches word it for their tasks; its schema is part of every prompt, so each keeps the one it has.
+    """
+    parameters: dict[str, Any] = {"type": "object", "properties": {"answer": {"type": "string"}} if answer else {}}
+    if required is not None:
+        parameters["required"] = list(required)
+    return ToolSpec(name=DONE, description=description, parameters=parameters, effect=Effect.READ_ONLY)
+
+
+DONE_WITH_ANSWER = done_tool("Finish the task and give the final answer.", answer=True, required=())
+"""``done(answer=...)``, the answer optional: the Python API's and the ``mcp`` bench's."""
+
+
+def distractors(gold: Iterable[ToolCall], *, checks: Iterable[ToolCall] = ()) -> list[ToolCall]:
+    """Plausible wrong calls for a noisy speculator (or a simulated prober) to draw from.
+
+    ``checks`` first, one per tool name in name order (calls an agent often makes whatever the task, such as
+    read-only status checks), then every distinct ``gold`` call in canonical order; ids ``distractor_0``,
+    ``distractor_1``...  The order is part of every seeded draw (published figures), so it never changes.
+    """
+    by_name: dict[str, ToolCall] = {}
+    for call in checks:
+        by_name.setdefault(call.name, call)
+    distinct: dict[str, ToolCall] = {}
+    for call in gold:
+        distinct.setdefault(call.canonical(), call)
+    ordered = [by_name[name] for name in sorted(by_name)] + [distinct[text] for text in sorted(distinct)]
+    return [call.model_copy(update={"id": f"distractor_{i}"}) for i, call in enumerate(ordered)]
 
 
 def solo_calls(actions: Sequence[tuple[Requestor, ToolCall]]) -> list[ToolCall]:

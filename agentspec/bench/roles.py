@@ -1,43 +1,43 @@
-"""Which model answers each role of a run (agent, user, speculator), and the clients that reach them.
+"""Which model answers each role of a run (agent, user, speculators), and the clients that reach them.
 
-Every way to start a run (``run``, ``run --mode``, ``mine``) resolves its
-roles here, so a flag means the same thing everywhere.  ``--ROLE-model`` is
+Every way to start a run (``run``, ``run --mode``, ``mine``, a Ray worker, the experiments) opens its roles
+with :func:`open_roles`, so a flag means the same thing everywhere.  ``--ROLE-model`` is
 an endpoint (``URL``, ``URL#MODEL``, or a name with ``--ROLE-base-url`` /
 ``AGENTSPEC_ROLE_BASE_URL`` / ``OPENAI_BASE_URL``), or a local model name
 from :data:`agentspec.models.registry.MODELS` with no endpoint anywhere: that
 role is served embedded, and the roles naming the same local model share one
 child server::
 
-    >>> import argparse
-    >>> args = argparse.Namespace(agent_model="qwen2.5-coder-0.5b", agent_base_url=None,
-    ...                           speculator_model="qwen2.5-coder-0.5b", speculator_base_url=None, temperature=None)
-    >>> plan = plan_roles(args, {"agent": None, "speculator": None}, env={})
+    >>> spec = RunSpec(agent_model="qwen2.5-coder-0.5b", speculator_model="qwen2.5-coder-0.5b")
+    >>> plan = plan_roles(spec, {"agent": None, "speculator": None}, env={})
     >>> plan.embedded, plan.served_models, plan.endpoints
     ({'agent': 'qwen2.5-coder-0.5b', 'speculator': 'qwen2.5-coder-0.5b'}, ['qwen2.5-coder-0.5b'], {})
+
+    async with open_roles(spec, solo=True) as roles:   # the clients, closed (and the server stopped) on leaving
+        roles.clients["agent"]
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from agentspec.errors import ModelRequestError, ModelUnavailable
+from agentspec.errors import ConfigError, ModelRequestError, ModelUnavailable
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.models.cassette import Cassette
 from agentspec.models.registry import MODELS
-from agentspec.run_spec import role_given, role_prefix
+from agentspec.run_spec import RunSpec, role_given, role_prefix
+from agentspec.runtime.modes import noisy_oracle_p
 
-__all__ = ["RolePlan", "open_clients", "plan_roles", "preflight", "role_given", "role_model"]
+__all__ = ["OpenRoles", "RolePlan", "open_clients", "open_roles", "plan_roles", "preflight", "role_defaults",
+           "role_given", "role_model", "run_roles", "speculator_roles"]
 
 EMBEDDED_TIMEOUT_S = 3600
 """CPU generation is slow: a long timeout, and no retry that would redo a long generation."""
-
-
-def _flag(args: Any, role: str, what: str) -> str | None:
-    return getattr(args, f"{role}_{what}", None)
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,56 @@ class RolePlan:
         """The distinct local models the child server must load (one server for all embedded roles)."""
         return list(dict.fromkeys(self.embedded.values()))
 
+    def __bool__(self) -> bool:
+        return bool(self.endpoints or self.embedded)
 
-def _overrides(args: Any) -> dict[str, Any]:
-    temperature = getattr(args, "temperature", None)
-    return {"temperature": temperature} if temperature is not None else {}
+
+# --- which roles a run has ------------------------------------------------------------------
+
+
+def _is_model(speculator: str) -> bool:
+    """Whether a further speculator is a model endpoint (it needs a client), not a scripted or fitted one."""
+    return noisy_oracle_p(speculator) is None and speculator.partition(":")[0] != "learned"
+
+
+def speculator_roles(spec: RunSpec) -> dict[str, str]:
+    """Role name -> model of each further speculator that is a model (``speculator2``, ``speculator3``...)."""
+    return {f"speculator{i}": model for i, model in enumerate(spec.more_speculators, 2) if _is_model(model)}
+
+
+def role_defaults(spec: RunSpec, solo: bool) -> dict[str, str | None]:
+    """The roles a run needs, each with the local model it gets when none is named (None: must be named)."""
+    from agentspec.models.embedded import DEFAULT_MODELS
+
+    roles: dict[str, str | None] = {}
+    if spec.agent == "llm":
+        roles["agent"] = DEFAULT_MODELS["agent"]
+        if not solo:
+            roles["user"] = DEFAULT_MODELS["user"] if not spec.role_named("agent") else None
+    if spec.needs_speculator and spec.noisy_p is None and spec.learned_path is None:
+        roles["speculator"] = None
+    return roles
+
+
+def run_roles(spec: RunSpec, solo: bool) -> dict[str, str | None]:
+    """Every role ``spec`` opens a client for: :func:`role_defaults` and each further model speculator."""
+    return role_defaults(spec, solo) | dict.fromkeys(speculator_roles(spec))
+
+
+def _named(spec: RunSpec, role: str) -> tuple[str | None, str | None]:
+    """The model and base URL ``spec`` names for ``role`` (a further speculator ``speculatorN``: its model)."""
+    more = speculator_roles(spec)
+    if role in more:
+        return more[role], None
+    return getattr(spec, f"{role}_model", None), getattr(spec, f"{role}_base_url", None)
+
+
+def _overrides(spec: RunSpec) -> dict[str, Any]:
+    return {"temperature": spec.temperature} if spec.temperature is not None else {}
 
 
 def plan_roles(
-    args: Any, roles: Mapping[str, str | None], env: Mapping[str, str] = os.environ
+    spec: RunSpec, roles: Mapping[str, str | None], env: Mapping[str, str] = os.environ
 ) -> RolePlan:
     """Resolve ``roles`` (role -> the local model it gets when nothing is named, or None to leave it out).
 
@@ -70,18 +112,18 @@ def plan_roles(
     endpoints: dict[str, ModelConfig] = {}
     embedded: dict[str, str] = {}
     for role, default in roles.items():
-        if not role_given(args, role, env):
+        model, base_url = _named(spec, role)
+        prefix = role_prefix(role)
+        if not (model or base_url or env.get(prefix + "MODEL") or env.get(prefix + "BASE_URL")):
             if default is not None:
                 embedded[role] = default
             continue
-        prefix = role_prefix(role)
-        spec = _flag(args, role, "model") or env.get(prefix + "MODEL")
-        has_endpoint = _flag(args, role, "base_url") or env.get(prefix + "BASE_URL") or env.get("OPENAI_BASE_URL")
-        if spec in MODELS and not has_endpoint:
-            embedded[role] = spec
+        name = model or env.get(prefix + "MODEL")
+        has_endpoint = base_url or env.get(prefix + "BASE_URL") or env.get("OPENAI_BASE_URL")
+        if name in MODELS and not has_endpoint:
+            embedded[role] = name
             continue
-        endpoints[role] = ModelConfig.for_role(role, _flag(args, role, "model"), base_url=_flag(args, role, "base_url"),
-                                               env=env, **_overrides(args))
+        endpoints[role] = ModelConfig.for_role(role, model, base_url=base_url, env=env, **_overrides(spec))
     return RolePlan(endpoints, embedded)
 
 
@@ -111,17 +153,21 @@ def role_model(plan: RolePlan, role: str) -> str:
     return config.model or config.base_url
 
 
-async def open_clients(stack: AsyncExitStack, args: Any, plan: RolePlan,
-                       cassette: Cassette | None = None) -> dict[str, ModelClient]:
+# --- opening them -----------------------------------------------------------------------------
+
+
+async def open_clients(stack: AsyncExitStack, spec: RunSpec, plan: RolePlan, cassette: Cassette | None = None,
+                       *, server: str | None = None) -> dict[str, ModelClient]:
     """A checked client per planned role; starts one embedded server (closed with ``stack``) when any role needs it.
 
     With a ``cassette``, every client records its completions to it, or (replaying) answers from it: then no
-    server starts and no endpoint is asked anything."""
+    server starts and no endpoint is asked anything.  ``server``: an ``agentspec serve`` already running that
+    serves the embedded roles' local models under their own names, used instead of starting one."""
     if cassette is not None and cassette.mode == "replay":
         clients: dict[str, ModelClient] = {}
         for role in [*plan.endpoints, *plan.embedded]:
             name = role_model(plan, role)
-            config = plan.endpoints.get(role) or ModelConfig(base_url=REPLAY_URL, model=name, **_overrides(args))
+            config = plan.endpoints.get(role) or ModelConfig(base_url=REPLAY_URL, model=name, **_overrides(spec))
             clients[role] = await stack.enter_async_context(ModelClient(config, tape=cassette.for_model(name)))
         return clients
     configs = dict(plan.endpoints)
@@ -130,13 +176,62 @@ async def open_clients(stack: AsyncExitStack, args: Any, plan: RolePlan,
         from agentspec.models import embedded
 
         # ToolSpec: greedy answers token for token, in fewer forwards, and the speculator's guesses reach it.
-        served = await stack.enter_async_context(embedded.embedded_server(plan.served_models, decoder="toolspec"))
+        if server is None:
+            served = await stack.enter_async_context(embedded.embedded_server(plan.served_models, decoder="toolspec"))
+        else:
+            served = await stack.enter_async_context(embedded.served_models(plan.served_models, base_url=server))
         for role, name in plan.embedded.items():
             configs[role] = ModelConfig(base_url=served.base_url, model=served.model_ids[name],
-                                        timeout_s=EMBEDDED_TIMEOUT_S, max_retries=0, **_overrides(args))
+                                        timeout_s=EMBEDDED_TIMEOUT_S, max_retries=0, **_overrides(spec))
     clients = {}
     for role, config in configs.items():
         tape = cassette.for_model(role_model(plan, role)) if cassette is not None else None
         clients[role] = await stack.enter_async_context(ModelClient(config, tape=tape))
         await preflight(clients[role])
     return clients
+
+
+@dataclass(frozen=True)
+class OpenRoles:
+    """A run's roles, opened: what each one's model is, and its client."""
+
+    spec: RunSpec
+    """The spec, with ``speculator_hints`` decided where it was left open (None): on for a local agent model."""
+    plan: RolePlan
+    clients: dict[str, ModelClient]
+
+
+def cassette_of(spec: RunSpec) -> Cassette | None:
+    """The recording ``spec`` writes (``record``) or answers from (``replay``); None for neither."""
+    if spec.record:
+        return Cassette(Path(spec.record), "record")
+    if spec.replay:
+        return Cassette(Path(spec.replay), "replay")
+    return None
+
+
+def check_plan(spec: RunSpec, plan: RolePlan, solo: bool) -> None:
+    """Refuse a plan the run cannot play: normal mode with an LLM agent needs a user model."""
+    if spec.agent == "llm" and not solo and "user" not in plan.endpoints and "user" not in plan.embedded:
+        raise ConfigError("normal mode needs --user-model (or AGENTSPEC_USER_MODEL); or pass --solo")
+
+
+@asynccontextmanager
+async def open_roles(spec: RunSpec, *, solo: bool | None = None, server: str | None = None,
+                     env: Mapping[str, str] = os.environ) -> AsyncIterator[OpenRoles]:
+    """Open every role ``spec`` needs (:func:`run_roles`): one checked client each, with the recording ``spec``
+    names, and the embedded server when a role names a local model; all closed on leaving.
+
+    ``solo``: whether the run plays without a user simulator (default ``spec.solo``; a bench without a user
+    is solo whatever the spec says).  ``server``: an ``agentspec serve`` already running with the local models
+    (see :func:`open_clients`).  :class:`~agentspec.errors.ConfigError` before anything opens for a plan that
+    cannot run."""
+    solo = spec.solo if solo is None else solo
+    plan = plan_roles(spec, run_roles(spec, solo), env)
+    if spec.speculator_hints is None:  # hints go where they are understood: a local model agentspec serves
+        spec = spec.model_copy(update={"speculator_hints": "agent" in plan.embedded})
+    check_plan(spec, plan, solo)
+    cassette = cassette_of(spec)
+    async with AsyncExitStack() as stack:
+        clients = await open_clients(stack, spec, plan, cassette, server=server)
+        yield OpenRoles(spec, plan, clients)

@@ -1,14 +1,14 @@
-"""Run many episodes concurrently with a progress bar, then summarise them."""
+"""Run many episodes concurrently with a progress bar; tell a dead model endpoint from failed episodes.
+
+A mode's figures are :func:`agentspec.results.summarize`'s."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from agentspec.bench.tau2.evaluator import pass_hat_k
 from agentspec.errors import ModelError, ModelRequestError, ModelTimeout, ModelUnavailable
 
 Job = TypeVar("Job")
@@ -65,11 +65,6 @@ async def run_jobs(
     return [r for r in results if r is not None]
 
 
-def termination(record: dict[str, Any]) -> str:
-    """How an episode ended; ``error`` when it failed before ending (its ``error`` field says why)."""
-    return str(record["termination"]) if record.get("termination") else "error"
-
-
 def _endpoint_error_names() -> set[str]:
     # Unreachable, timed out, or refused (4xx/5xx): the endpoint failed.  ModelOutputError is left out: there the
     # endpoint answered and the model's output was unusable, which is the model's score, not a dead endpoint.
@@ -95,22 +90,3 @@ def raise_if_endpoint_dead(episodes: Sequence[EpisodeLike]) -> None:
     if episodes and all(endpoint_failure(e.error) for e in episodes):
         first = str(episodes[0].error).splitlines()[0]
         raise ModelUnavailable(f"all {len(episodes)} episode(s) failed on the model endpoint; first: {first}")
-
-
-def summarize(episodes: Sequence[EpisodeLike], wall_s: float) -> dict[str, Any]:
-    """The run's headline numbers: reward mean, pass^k, how episodes ended."""
-    per_task: dict[str, list[float]] = defaultdict(list)
-    for episode in episodes:
-        per_task[episode.task_id].append(episode.reward)
-    successes = [(len(r), sum(1 for x in r if abs(x - 1.0) < 1e-6)) for r in per_task.values()]
-    records = [e.record() for e in episodes]
-    return {
-        "tasks": len(per_task),
-        "episodes": len(episodes),
-        "reward_mean": sum(e.reward for e in episodes) / len(episodes) if episodes else 0.0,
-        "pass_hat_k": {str(k): v for k, v in pass_hat_k(successes).items()},
-        "terminations": dict(Counter(termination(r) for r in records)),
-        "failed_episodes": sum(1 for e in episodes if e.error),
-        "first_error": next((e.error for e in episodes if e.error), None),
-        "wall_s": round(wall_s, 3),
-    }

@@ -1,4 +1,4 @@
-"""``agentspec bench setup NAME``: prepare what a bench runs on (handler: :func:`agentspec.bench.commands.setup_command`).
+"""``agentspec bench setup NAME``: prepare what a bench runs on (handler: :func:`agentspec.cli.commands.bench.setup_command`).
 
     agentspec bench setup appworld [--venv PATH]
 """
@@ -17,4 +17,4 @@ def add_parser(sub: Any) -> None:
     setup.add_argument("name", help="the bench, e.g. appworld")
     setup.add_argument("--venv", help="appworld: where its venv goes (default: $AGENTSPEC_APPWORLD_VENV or "
                        "~/.cache/agentspec/appworld/venv)")
-    setup.set_defaults(handler="agentspec.bench.commands:setup_command")
+    setup.set_defaults(handler="agentspec.cli.commands.bench:setup_command")

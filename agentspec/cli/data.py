@@ -1,4 +1,4 @@
-"""``agentspec data pull|path``: benchmark data (handler: :func:`agentspec.bench.commands.data_command`)."""
+"""``agentspec data pull|path``: benchmark data (handler: :func:`agentspec.cli.commands.data.data_command`)."""
 
 from __future__ import annotations
 
@@ -18,4 +18,4 @@ def add_parser(sub: Any) -> None:
     path = data_sub.add_parser("path", help="print where a benchmark's data is found")
     path.add_argument("bench")
     add_data_dir(path)
-    data.set_defaults(handler="agentspec.bench.commands:data_command")
+    data.set_defaults(handler="agentspec.cli.commands.data:data_command")

@@ -1,4 +1,4 @@
-"""``agentspec evaluate``: score a given sequence of tool calls (handler: :func:`agentspec.bench.commands.evaluate_command`)."""
+"""``agentspec evaluate``: score a given sequence of tool calls (handler: :func:`agentspec.cli.commands.evaluate.evaluate_command`)."""
 
 from __future__ import annotations
 
@@ -16,4 +16,4 @@ def add_parser(sub: Any) -> None:
     ev.add_argument("--end", choices=["agent", "user"], default="agent", help="who stops the episode")
     ev.add_argument("--batch", help='JSON lines file of {"task_id", "actions", "end"} records')
     add_data_dir(ev)
-    ev.set_defaults(handler="agentspec.bench.commands:evaluate_command")
+    ev.set_defaults(handler="agentspec.cli.commands.evaluate:evaluate_command")

@@ -27,8 +27,8 @@ from typing import Any
 from agentspec.errors import UsageError
 from agentspec.runtime.modes import NOISY, noisy_oracle_p
 
-__all__ = ["NOISY", "POSITIVE", "PROBABILITY", "TEMPERATURE", "add_data_dir", "add_role_flags", "noisy_oracle_p",
-           "number", "out_file", "out_folder"]
+__all__ = ["NOISY", "POSITIVE", "PROBABILITY", "TEMPERATURE", "add_data_dir", "add_macro_commit", "add_role_flags",
+           "noisy_oracle_p", "number", "out_file", "out_folder"]
 
 
 
@@ -92,6 +92,15 @@ def add_role_flags(parser: Any, role: str, whose: str, *, also: str | Sequence[s
                         help=f"{whose[0].upper()}{whose[1:]}: {', '.join(choices[:-1])}, or {choices[-1]}{again}.")
     parser.add_argument(f"--{role}-base-url", metavar="URL",
                         help=f"OpenAI-compatible base URL serving {whose}, when --{role}-model is a model name.")
+
+
+def add_macro_commit(parser: Any) -> None:
+    """``--macro-commit verified|trusted``: how smc commits a fired macro's pre-executed chain."""
+    parser.add_argument("--macro-commit", choices=["verified", "trusted"], default="verified",
+                        help="smc: verified (default) commits only the prefix of a macro's pre-executed chain that the "
+                        "authority verifies as its own calls, lossless; trusted commits the whole chain unasked (the "
+                        "SMC paper's lossy commit, also what verified falls back to where the authority cannot verify, "
+                        "as the summary's macro_commit says)")
 
 
 def add_data_dir(parser: argparse.ArgumentParser) -> None:

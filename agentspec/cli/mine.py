@@ -1,4 +1,4 @@
-"""``agentspec mine``: mine a macro library (handler: :func:`agentspec.mining.command.mine_command`)."""
+"""``agentspec mine``: mine a macro library (handler: :func:`agentspec.cli.commands.mine.mine_command`)."""
 
 from __future__ import annotations
 
@@ -39,4 +39,4 @@ def add_parser(sub: Any) -> None:
     mine.add_argument("--min-length", type=number(int, ge=2, le=8), default=2, help="shortest macro, in calls")
     mine.add_argument("--max-length", type=number(int, ge=2, le=8), default=4, help="longest macro, in calls")
     mine.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
-    mine.set_defaults(handler="agentspec.mining.command:mine_command")
+    mine.set_defaults(handler="agentspec.cli.commands.mine:mine_command")

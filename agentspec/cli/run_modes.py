@@ -17,21 +17,18 @@ sits at top level::
 from __future__ import annotations
 
 import argparse
-import json
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from agentspec.assembly import is_solo, run
-from agentspec.bench.protocol import ModeFigures
-from agentspec.bench.runner import raise_if_endpoint_dead, summarize
+from agentspec.assembly import run
+from agentspec.bench.runner import raise_if_endpoint_dead
 from agentspec.cli.flags import bench_options
 from agentspec.errors import ConfigError
-from agentspec.report.load import RESULTS_FORMAT
+from agentspec.results import Results, results_file
 from agentspec.run_spec import RunSpec, SporkSettings
-from agentspec.runtime.metrics import ExecutionMetrics, aggregate
 from agentspec.runtime.runlog import locked_out
-from agentspec.user_files import out_dir, read_user_file
+from agentspec.user_files import out_dir
 
 
 def run_spec(args: argparse.Namespace) -> RunSpec:
@@ -57,7 +54,7 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
            for what in ("model", "base_url")},
         temperature=args.temperature, answer_prefix=args.answer_prefix, modes=args.mode, depth=args.depth,
         l_min=args.l_min, seed=args.seed, max_steps=args.max_steps, max_errors=args.max_errors,
-        verify_macros=args.verify_macros, macros=args.macros, latency_model=args.latency_model, spork=spork,
+        verify_macros=args.verify_macros, macro_commit=args.macro_commit, macros=args.macros, latency_model=args.latency_model, spork=spork,
         concurrency=args.concurrency, out=args.out, resume=args.resume, overwrite=args.overwrite,
         progress=not args.no_progress,
         record=args.record, replay=args.replay, speculator_hints=args.speculator_hints, draft_first=args.draft_first,
@@ -70,29 +67,14 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
     return spec
 
 
-def _metrics_of(records: list[dict[str, Any]]) -> list[ExecutionMetrics]:
-    return [ExecutionMetrics(**(record.get("execution") or {}).get("metrics", {})) for record in records]
-
-
-def _mode_summary(bench: Any, episodes: list[Any], records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    """One mode's figures (``records``: the episodes' records; ``wall_s``: that mode's share of the run), with the
-    bench's own where it has some (:class:`~agentspec.bench.protocol.ModeFigures`)."""
-    own = bench.figures(records) if isinstance(bench, ModeFigures) and records else {}
-    return summarize(episodes, wall_s) | own | aggregate(_metrics_of(records))
-
-
-def _baseline_wall(path: Path) -> tuple[Path, str | None, dict[str, Any]]:
-    """The baseline run's file, the mode it is compared as, and that mode's figures.
-
-    A ``--mode`` run's results.json has ``summary.modes``: its only mode, or
-    its ``sequential`` mode when it ran several.
-    """
-    file = path / "results.json" if path.is_dir() else path
+def _baseline_wall(path: Path) -> tuple[Path, str, dict[str, Any]]:
+    """The baseline run's file, the mode it is compared as, and that mode's figures: its only mode, or its
+    ``sequential`` mode when it ran several."""
     try:
-        summary = json.loads(read_user_file(file, "--baseline"))["summary"]
-        modes = summary["modes"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ConfigError(f"--baseline {path}: not a results.json of an agentspec run --mode ({type(exc).__name__}: {exc})") from exc
+        file = results_file(path)
+        modes = {mode: figures.as_dict() for mode, figures in Results.load(file).summary.modes.items()}
+    except ConfigError as exc:
+        raise ConfigError(f"--baseline {path}: {exc}") from exc
     mode = next(iter(modes)) if len(modes) == 1 else "sequential" if "sequential" in modes else None
     if mode is None or not modes[mode].get("mean_task_wall_s"):
         raise ConfigError(f"--baseline {path}: no single mode (or sequential) with a mean_task_wall_s to compare with")
@@ -108,14 +90,6 @@ def _against_baseline(path: Path, summaries: dict[str, dict[str, Any]]) -> dict[
             "speedup": ratios, "reward_delta": {m: s["reward_mean"] - base.get("reward_mean", 0.0) for m, s in summaries.items()}}
 
 
-def _speedups(summaries: dict[str, dict[str, Any]]) -> dict[str, float | None] | None:
-    """Mean task wall time of sequential over each mode's; None when sequential did not run (or ran no task)."""
-    base = summaries.get("sequential", {}).get("mean_task_wall_s")
-    if not base:
-        return None
-    return {mode: round(base / s["mean_task_wall_s"], 4) if s.get("mean_task_wall_s") else None for mode, s in summaries.items()}
-
-
 def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
     """Run the spec the flags describe and write its results, holding ``--out`` from the first log record to the
     last file written (a second run into it is refused at once, not interleaved)."""
@@ -125,55 +99,32 @@ def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_and_write(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
+    if args.baseline:  # a bad baseline fails before any task runs
+        _baseline_wall(Path(args.baseline))
     outcome = run(spec)
-    results = outcome.modes
-    records = {mode: [e.record() for e in r.episodes] for mode, r in results.items()}  # each built once
-    summaries = {mode: _mode_summary(outcome.bench, r.episodes, records[mode], r.wall_s) for mode, r in results.items()}
-    for mode, r in results.items():
-        if r.governor is not None:
-            summaries[mode]["governor"] = r.governor
-    summary: dict[str, Any] = {"bench": spec.bench, "split": (spec.split or outcome.bench.default_split) if not spec.task_ids else "task-ids",
-                               "agent": spec.agent, "speculator": spec.speculator_model,
-                               "play": "solo" if is_solo(spec, outcome.bench) else "normal",
-                               "tasks": len(outcome.tasks), "trials": spec.trials}
-    summary["clock"] = "virtual (trio MockClock, autojump)" if outcome.virtual_clock else "wall"
-    summary["latency_model"] = spec.latency.name if spec.latency else None
-    summary["models"] = "replayed from " + spec.replay if spec.replay else ("recorded to " + spec.record if spec.record else "live")
-    summary["macros"] = outcome.macros_path
-    summary |= outcome.data or {}
-    summary["modes"] = summaries
-    summary["speedup_vs_sequential"] = _speedups(summaries)
-    summary["run_wall_s"] = round(outcome.wall_s, 3)
+    results = outcome.results()
+    summary = results.summary
     if args.baseline:
-        summary["vs_baseline"] = _against_baseline(Path(args.baseline), summaries)
+        summary.vs_baseline = _against_baseline(Path(args.baseline), {m: s.as_dict() for m, s in summary.modes.items()})
     if args.macros_out and outcome.macros is not None:
-        summary["macros_out"] = args.macros_out  # in results.json too: a report shows the library after the run
+        summary.macros_out = args.macros_out  # in results.json too: a report shows the library after the run
     out = Path(spec.out) if spec.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        dump = {"format": RESULTS_FORMAT, "summary": summary,
-                "episodes": records}
-        (out / "results.json").write_text(json.dumps(dump, indent=1), encoding="utf-8")
-        summary["results"] = str(out / "results.json")
-        if hasattr(outcome.bench, "submission"):  # a leaderboard's format (GAIA): one file per mode
-            for mode in results:
-                lines = outcome.bench.submission([r for r in records[mode] if r["trial"] == 0])
-                path = out / f"submission-{mode}.jsonl"
-                path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-            summary["submissions"] = [str(out / f"submission-{mode}.jsonl") for mode in results]
-    raise_if_endpoint_dead([e for r in results.values() for e in r.episodes])
+    written = results.save(out, outcome.bench) if out is not None else None
+    printed = summary.as_dict() | ({"results": str(written)} if written is not None else {})
+    raise_if_endpoint_dead([e for r in outcome.modes.values() for e in r.episodes])
     if args.macros_out and outcome.macros is not None:
         outcome.macros.provenance["online_updates"] = {"runs": [m.name for m in spec.modes], "split": spec.split or outcome.bench.default_split}
         outcome.macros.save(args.macros_out)
     if args.report and out is not None:  # after the library is saved: the report reads it back
         from agentspec.report.command import report_after_run
 
-        summary["report"] = report_after_run(out)
+        printed["report"] = report_after_run(out)
     if args.timeline:
-        from agentspec.runtime.timeline import plot_timeline
+        from agentspec.report.timeline import plot_timeline
 
         last = spec.modes[-1].name
-        episode = records[last][0]
-        plot_timeline(episode["execution"]["timeline"], Path(args.timeline), title=f"{episode['task_id']} ({last})")
-        summary["timeline"] = args.timeline
-    return summary
+        episode = results.episodes[last][0]
+        timeline = (episode.execution or {}).get("timeline") or []
+        plot_timeline(timeline, Path(args.timeline), title=f"{episode.task_id} ({last})")
+        printed["timeline"] = args.timeline
+    return printed

@@ -1,4 +1,4 @@
-"""``agentspec sandbox build|sweep``: base images and cleanup (handlers in :mod:`agentspec.sandbox.commands`).
+"""``agentspec sandbox build|sweep``: base images and cleanup (handlers in :mod:`agentspec.cli.commands.sandbox`).
 
     agentspec sandbox build [NAME_OR_FILE ...] [--force]   # default: dev (envs/sandboxes/dev.toml)
     agentspec sandbox sweep [--all]                        # containers, images and scratch dirs of dead runs
@@ -16,7 +16,7 @@ def add_parser(sub: Any) -> None:
     build = sandbox_sub.add_parser("build", help="build base images from definitions (cached by content hash)")
     build.add_argument("names", nargs="*", default=["dev"], help="definition names in envs/sandboxes, or .toml files")
     build.add_argument("--force", action="store_true", help="rebuild even when the image or rootfs is cached")
-    build.set_defaults(handler="agentspec.sandbox.commands:build_command")
+    build.set_defaults(handler="agentspec.cli.commands.sandbox:build_command")
     sweep = sandbox_sub.add_parser("sweep", help="remove what dead runs left: containers, snapshot images, scratch")
     sweep.add_argument("--all", action="store_true", help="also what live processes own (stop their runs first)")
-    sweep.set_defaults(handler="agentspec.sandbox.commands:sweep_command")
+    sweep.set_defaults(handler="agentspec.cli.commands.sandbox:sweep_command")

@@ -1,14 +1,9 @@
-"""``agentspec serve``: local models over an OpenAI-compatible HTTP API.
-
-Handler: :func:`serve_command`, which hands over to the engine's own
-(:func:`agentspec.serve.server.serve_command` or
-:func:`agentspec.serve.llama_cpp.serve_command`).
+"""``agentspec serve``: local models over an OpenAI-compatible HTTP API (handler:
+:func:`agentspec.cli.commands.serve.serve_command`, which runs the chosen ``--engine``).
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 from typing import Any
 
 from agentspec.cli.flags import POSITIVE, number
@@ -38,15 +33,8 @@ def add_parser(sub: Any) -> None:
                             "a long agent prompt that falls out of it is prefilled again, minutes on a CPU")
     serve.add_argument("--engine", choices=list(ENGINES), default="embedded",
                        help="embedded: fp32 torch (ToolSpec decoding); llama-cpp: llama.cpp on the GGUF (extra [llama])")
-    serve.set_defaults(handler="agentspec.cli.serve:serve_command")
+    serve.set_defaults(handler="agentspec.cli.commands.serve:serve_command")
 
 
-ENGINES = {"embedded": "agentspec.serve.server", "llama-cpp": "agentspec.serve.llama_cpp"}
-"""``--engine`` name -> the module whose ``serve_command`` runs it (imported only when chosen)."""
-
-
-def serve_command(args: argparse.Namespace) -> dict[str, Any]:
-    """Run ``agentspec serve`` on the chosen ``--engine``."""
-    module = importlib.import_module(ENGINES[getattr(args, "engine", "embedded")])
-    result: dict[str, Any] = module.serve_command(args)
-    return result
+ENGINES = ("embedded", "llama-cpp")
+"""The ``--engine`` choices (:data:`agentspec.cli.commands.serve.ENGINES` serves each)."""

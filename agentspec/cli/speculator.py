@@ -1,5 +1,5 @@
 """``agentspec speculator fit|score``: a learned speculator, fitted on trajectories and scored on held-out tasks
-(handlers: :mod:`agentspec.speculator.command`).
+(handlers: :mod:`agentspec.cli.commands.speculator`).
 
     agentspec speculator fit --bench tau2-telecom --split train --data-dir DIR --out runs/spec.json
     agentspec speculator score --bench tau2-telecom --split test --speculator runs/spec.json [--lookahead]
@@ -26,6 +26,8 @@ def add_parser(sub: Any) -> None:
     fit.add_argument("--min-reward", type=number(float, ge=0, le=1), default=1.0,
                      help="a run episode counts as successful from this reward")
     fit.add_argument("--seed", type=number(int, ge=0), default=0, help="recorded in the artifact")
+    fit.add_argument("--lookahead-cap", type=number(int, ge=0), default=None, metavar="N",
+                     help="at most N look-ahead calls per prediction wherever the file is used (default: all probes)")
     add_data_dir(fit)
     add_unverified_data(fit)
     fit.add_argument("--out", required=True, help="the speculator file to write, e.g. runs/spec.json (the same "
@@ -40,6 +42,8 @@ def add_parser(sub: Any) -> None:
                        help="instead of --speculator: K-fold cross-validation on the split itself")
     score.add_argument("--lookahead", action="store_true",
                        help="let the speculator run its read-only look-ahead calls (in a fork) before guessing")
+    score.add_argument("--lookahead-cap", type=number(int, ge=0), default=None, metavar="N",
+                       help="at most N look-ahead calls per step (default: the file's cap, else all probes)")
     score.add_argument("--learn-online", action="store_true",
                        help="learn from each task once it is scored (in order), as a run's --learn-online does")
     score.add_argument("--limit", type=POSITIVE, default=None, help="score at most N tasks of the split")
@@ -50,11 +54,11 @@ def add_parser(sub: Any) -> None:
 
 
 def on_data(args: Any) -> dict[str, Any]:
-    """Run ``args.on_data`` of :mod:`agentspec.speculator.command` on the bench's data (custom data within
+    """Run ``args.on_data`` of :mod:`agentspec.cli.commands.speculator` on the bench's data (custom data within
     ``--unverified-data``), its JSON line with ``data_verified`` and the files' sha256 where the data is pinned."""
-    from agentspec.bench.commands import data_summary
+    from agentspec.cli.commands import speculator as command
+    from agentspec.cli.commands.data import data_summary
     from agentspec.data import unverified_data
-    from agentspec.speculator import command
 
     with unverified_data(args.unverified_data):
         return getattr(command, args.on_data)(args) | data_summary(args)

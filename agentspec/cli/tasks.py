@@ -1,4 +1,4 @@
-"""``agentspec tasks``: list a benchmark's task ids (handler: :func:`agentspec.bench.commands.tasks_command`)."""
+"""``agentspec tasks``: list a benchmark's task ids (handler: :func:`agentspec.cli.commands.tasks.tasks_command`)."""
 
 from __future__ import annotations
 
@@ -14,4 +14,4 @@ def add_parser(sub: Any) -> None:
     tasks.add_argument("--split", help="task split (default: the bench's own, tau2: base)")
     tasks.add_argument("--json", action="store_true", help="print the ids as one JSON list instead of one per line")
     add_data_dir(tasks)
-    tasks.set_defaults(handler="agentspec.bench.commands:tasks_command")
+    tasks.set_defaults(handler="agentspec.cli.commands.tasks:tasks_command")

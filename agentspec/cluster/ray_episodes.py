@@ -69,16 +69,16 @@ def episode_resources(spec: RunSpec, bench: Bench[Any]) -> dict[str, Any]:
     return {"num_cpus": 1, "resources": {"docker": 1} if needs_engine else {}}
 
 
-def check_spec(spec: RunSpec, roles: dict[str, str | None]) -> None:
-    """Refuse what a cluster run cannot do: ConfigError saying what to do instead (``roles``: each role's
-    default model, as the run decided)."""
-    from agentspec.bench.roles import plan_roles
+def check_spec(spec: RunSpec, solo: bool) -> None:
+    """Refuse what a cluster run cannot do: ConfigError saying what to do instead (``solo``: whether the run
+    plays without a user simulator, as it decided)."""
+    from agentspec.bench.roles import plan_roles, run_roles
 
     if spec.record:
         raise ConfigError("--record writes one recording from one process: record without --ray, then replay with it")
     if spec.verify_macros:
         raise ConfigError("--verify-macros updates one macro library as episodes run: run it without --ray")
-    if spec.replay is None and plan_roles(spec, roles).embedded:
+    if spec.replay is None and plan_roles(spec, run_roles(spec, solo)).embedded:
         raise ConfigError("with --ray every model must be an endpoint the workers can reach: name them with "
                           "--agent-model / --user-model / --speculator-model URL (local models are not served on workers)")
 
@@ -205,7 +205,7 @@ async def run_mode_on_ray(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Se
                           playbook: Playbook, macros: MacroLibrary | None = None) -> list[Result]:
     """Every job in ``mode`` as a Ray task, played as ``playbook`` says; with ``spec.out``, logged to
     ``run-<mode>.log.jsonl`` as a local run is (``resume`` continues it, on any worker).  Results keep job order."""
-    check_spec(spec, playbook.roles)
+    check_spec(spec, playbook.solo)
     ray = connect(spec.cluster or DEFAULT_ADDRESS)
     resources = episode_resources(spec, bench)
     _check_feasible(ray, resources)

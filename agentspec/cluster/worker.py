@@ -28,14 +28,13 @@ from agentspec.types import ToolCall
 
 @dataclass(frozen=True)
 class Playbook:
-    """How the driver's run plays an episode: what it decided (solo play, each role's default model) and the
-    assembly's functions that build and play one (:func:`agentspec.assembly.episode_parts` and
-    :func:`~agentspec.assembly.run_episode`) and check the run log (:func:`~agentspec.assembly.log_config`,
+    """How the driver's run plays an episode: what it decided (solo play) and the assembly's functions that
+    build and play one (:func:`agentspec.assembly.episode_parts` and :func:`~agentspec.assembly.run_episode`) and
+    check the run log (:func:`~agentspec.assembly.log_config`,
     :func:`~agentspec.assembly.prior_log`).  Passed in, so this package never imports the assembly that
     dispatches to it; Ray ships the functions by reference."""
 
     solo: bool
-    roles: dict[str, str | None]
     parts: Callable[..., Any]
     run: Callable[..., Awaitable[Episode]]
     log_config: Callable[..., dict[str, Any]]
@@ -120,7 +119,7 @@ async def _play(shared: Shared, job: EpisodeJob) -> Episode | LoggedEpisode:
     log = RunLog(Path(job.part)) if job.part else None
     try:
         async with AsyncExitStack() as stack:
-            clients = await _clients(stack, spec, playbook.roles)
+            clients = await _clients(stack, spec, playbook.solo)
             parts = playbook.parts(spec, shared.mode, shared.bench, task, clients, solo=playbook.solo,
                                    distractors=shared.distractors)
             episode = await playbook.run(spec, shared.mode, shared.bench, task, parts, trial=job.trial,
@@ -133,14 +132,11 @@ async def _play(shared: Shared, job: EpisodeJob) -> Episode | LoggedEpisode:
             log.close()
 
 
-async def _clients(stack: AsyncExitStack, spec: RunSpec, roles: dict[str, str | None]) -> dict[str, ModelClient]:
-    """The role clients on this worker: model endpoints (checked by the driver: none is served embedded), or
-    the recording being replayed."""
-    from agentspec.bench.roles import open_clients, plan_roles
-    from agentspec.models.cassette import Cassette
+async def _clients(stack: AsyncExitStack, spec: RunSpec, solo: bool) -> dict[str, ModelClient]:
+    """The role clients on this worker (:func:`~agentspec.bench.roles.open_roles`): model endpoints (checked by
+    the driver: none is served embedded), or the recording being replayed (read only when a role needs it)."""
+    from agentspec.bench.roles import open_roles, plan_roles, run_roles
 
-    plan = plan_roles(spec, roles)
-    if not plan.endpoints and not plan.embedded:
+    if not plan_roles(spec, run_roles(spec, solo)):
         return {}
-    cassette = Cassette(Path(spec.replay), "replay") if spec.replay else None
-    return await open_clients(stack, spec, plan, cassette)
+    return (await stack.enter_async_context(open_roles(spec, solo=solo))).clients

@@ -67,13 +67,20 @@ class TargetSequence:
         step (no explicit mask or positions), so a plain pass stays plain.
         """
         if len(tree) == 1:
-            torch = self.torch
-            with torch.inference_mode():
-                out = self._body(input_ids=torch.tensor([tree.tokens]), cache=self.cache, use_cache=True)
-            self.forwards += 1
-            self.length += 1
-            return out.last_hidden_state[0]
+            return self.forward_hidden(tree.tokens)
         return self.forward_nodes(tree, 0, self.length)
+
+    def forward_hidden(self, tokens: Sequence[int]) -> Any:
+        """Causal forward over ``tokens`` after the cache; returns every position's hidden state ``(T, H)``.
+
+        For callers that need the logits of some rows only (:meth:`logits`), such as a chain verification.
+        """
+        torch = self.torch
+        with torch.inference_mode():
+            out = self._body(input_ids=torch.tensor([list(tokens)]), cache=self.cache, use_cache=True)
+        self.forwards += 1
+        self.length += len(tokens)
+        return out.last_hidden_state[0]
 
     def forward_nodes(self, tree: TokenTree, start: int, prefix: int) -> Any:
         """Forward tree nodes ``start:`` when the cache holds ``prefix`` tokens plus nodes ``:start``.

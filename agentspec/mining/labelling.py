@@ -27,6 +27,11 @@ against the macro.  :func:`sample_continuations` works with any
 :class:`~agentspec.runtime.policies.Policy`: the noisy oracle, an
 :class:`~agentspec.runtime.policies.LLMPolicy` over any OpenAI-compatible
 endpoint (a local server or a hosted one).
+
+A speculator that looks ahead (:class:`LooksAhead`, the learned one) gets look-ahead in the sample's own fork:
+its read-only calls run in a fresh fork of the state the sample stands at (the reference up to the anchor, then
+its drafts), never in a replay's live state, which is the end of the whole trajectory.  They are counted
+(:attr:`ReplaySandboxes.lookahead_calls`), as in a run.
 """
 
 from __future__ import annotations
@@ -37,14 +42,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Protocol, runtime_checkable
 
 import anyio
 
+from agentspec.errors import SnapshotError
 from agentspec.macros import align
 from agentspec.mining.candidates import Candidate
 from agentspec.mining.trajectories import MinedTrajectory
-from agentspec.runtime.policies import Policy
-from agentspec.snapshot import Snapshot, SnapshotBackend
+from agentspec.runtime.policies import DraftedHistory, Policy
+from agentspec.snapshot import Sandbox, Snapshot, SnapshotBackend
+from agentspec.speculator.lookahead import ForkLookahead
 from agentspec.types import Effect, Observation, ToolCall
 
 State = tuple[int, int]
@@ -59,6 +67,41 @@ SandboxFactory = Callable[[MinedTrajectory, int], AbstractAsyncContextManager[Dr
 BackendFactory = Callable[[MinedTrajectory], AbstractAsyncContextManager[SnapshotBackend] | SnapshotBackend]
 """A fresh live backend in the initial state of a trajectory's task: a context manager that opens and closes one
 (a bench's ``open_backend``, or a backend that is its own), or a bare backend (closed with ``close()`` if it has one)."""
+
+
+@runtime_checkable
+class LooksAhead(Protocol):
+    """A speculator that runs read-only calls in a fork before it guesses (the learned one)."""
+
+    def look_through(self, lookahead: ForkLookahead) -> None:
+        """Look ahead through ``lookahead`` from now on (at a history's ``state``, a fork)."""
+        ...
+
+
+class ForkOnlyLookahead(ForkLookahead):
+    """Look-ahead from a sample's fork only: a call without one (the replay's live state, the end of the whole
+    trajectory, which a guess at an earlier step must never see) raises :class:`SnapshotError`, which the learned
+    speculator takes as "guess without look-ahead"."""
+
+    async def run(self, calls: Sequence[ToolCall], parent: Sandbox | None = None) -> list[Observation | None]:
+        if parent is None:
+            raise SnapshotError("look-ahead while mining runs only in a sample's fork")
+        return await super().run(calls, parent)
+
+
+@dataclass
+class ForkRunner:
+    """A sample's draft runner: each draft runs in ``sandbox``, its fork of the trajectory's state at the anchor
+    (so the next draft sees it); ``lookahead`` forks that fork's current state for a speculator's look-ahead."""
+
+    backend: SnapshotBackend
+    sandbox: Sandbox
+    lookahead: ForkOnlyLookahead
+
+    async def __call__(self, call: ToolCall) -> Observation | None:
+        if self.backend.effect(call.name) is Effect.EXTERNAL:
+            return None  # never reach outside while labelling, as the executor never does with drafts
+        return await self.sandbox.execute(call)
 
 
 @dataclass
@@ -87,7 +130,14 @@ class ReplaySandboxes:
         self.make_backend = make_backend
         self._replays: dict[int, tuple[MinedTrajectory, SnapshotBackend, list[Snapshot]]] = {}
         self._locks: dict[int, anyio.Lock] = {}
+        self._lookaheads: dict[int, ForkOnlyLookahead] = {}
+        self._counted = 0
         self._backends = AsyncExitStack()
+
+    @property
+    def lookahead_calls(self) -> int:
+        """Look-ahead calls the samples' speculators ran (each in a fork of a sample's fork)."""
+        return self._counted + sum(look.calls for look in self._lookaheads.values())
 
     async def _snapshots(self, trajectory: MinedTrajectory) -> tuple[SnapshotBackend, list[Snapshot]]:
         # Samples of one trajectory run concurrently: the first replays it, the others wait for its snapshots.
@@ -103,17 +153,12 @@ class ReplaySandboxes:
         return cached[1], cached[2]
 
     @asynccontextmanager
-    async def _fork(self, trajectory: MinedTrajectory, anchor: int) -> AsyncIterator[DraftRunner]:
+    async def _fork(self, trajectory: MinedTrajectory, anchor: int) -> AsyncIterator[ForkRunner]:
         backend, snapshots = await self._snapshots(trajectory)
         sandbox = await backend.fork(snapshots[anchor])
-
-        async def run(call: ToolCall) -> Observation | None:
-            if backend.effect(call.name) is Effect.EXTERNAL:
-                return None  # never reach outside while labelling, as the executor never does with drafts
-            return await sandbox.execute(call)
-
+        lookahead = self._lookaheads.setdefault(id(backend), ForkOnlyLookahead(backend))
         try:
-            yield run
+            yield ForkRunner(backend, sandbox, lookahead)
         finally:
             with anyio.CancelScope(shield=True):
                 await backend.discard(sandbox)
@@ -127,13 +172,14 @@ class ReplaySandboxes:
             self._backends.push_async_callback(backend.close)
         return backend
 
-    def __call__(self, trajectory: MinedTrajectory, anchor: int) -> AbstractAsyncContextManager[DraftRunner]:
+    def __call__(self, trajectory: MinedTrajectory, anchor: int) -> AbstractAsyncContextManager[ForkRunner]:
         """A draft runner in a fresh fork of the state after step ``anchor``, discarded on exit."""
         return self._fork(trajectory, anchor)
 
     async def aclose(self) -> None:
         """Close every backend a replay opened."""
         self._replays = {}
+        self._counted, self._lookaheads = self.lookahead_calls, {}
         with anyio.CancelScope(shield=True):
             await self._backends.aclose()
 
@@ -175,7 +221,9 @@ async def sample_continuations(
     sandboxes: SandboxFactory | None = None,
     concurrency: int = 1,
 ) -> dict[State, list[Continuation]]:
-    """``samples`` draft chains of up to ``depth`` calls from each state (a chain ends early on "done")."""
+    """``samples`` draft chains of up to ``depth`` calls from each state (a chain ends early on "done").  With a
+    :class:`ForkRunner` (:class:`ReplaySandboxes`), a :class:`LooksAhead` speculator looks ahead in the sample's
+    fork: it is asked with a :class:`~agentspec.runtime.policies.DraftedHistory` whose ``state`` is that fork."""
     results: dict[State, list[Continuation]] = {state: [()] * samples for state in states}
     limiter = anyio.CapacityLimiter(concurrency)
 
@@ -184,15 +232,19 @@ async def sample_continuations(
             trajectory = trajectories[state[0]]
             policy = speculator(trajectory, sample)
             opened = sandboxes(trajectory, state[1]) if sandboxes is not None else nullcontext(None)
-            history: list[tuple[ToolCall, Observation | None]] = list(trajectory.steps[: state[1] + 1])
-            drafts: list[ToolCall] = []
+            reference = list(trajectory.steps[: state[1] + 1])
+            steps: list[tuple[ToolCall, Observation | None]] = []
             async with opened as run:
+                fork = run if isinstance(run, ForkRunner) else None
+                if fork is not None and isinstance(policy, LooksAhead):
+                    policy.look_through(fork.lookahead)
                 for _ in range(depth):
+                    history = DraftedHistory(reference, steps, fork.sandbox if fork is not None else None)
                     decision = await policy.decide(history)
                     if decision.call is None:
                         break
-                    drafts.append(decision.call)
-                    history.append((decision.call, await run(decision.call) if run is not None else None))
+                    steps.append((decision.call, await run(decision.call) if run is not None else None))
+            drafts = [call for call, _ in steps]
             results[state][sample] = tuple(drafts)
 
     async with anyio.create_task_group() as group:

@@ -10,7 +10,10 @@ server's id for a local model may differ between runs; the model is the key's ot
 per-request id SPORK gives the authority's request for its hints.  A streamed request is stored as the
 completion the stream assembled, and replayed as one text delta and that completion.  A recording run answers a
 request it already recorded from the recording too (the modes of one run ask many of the same questions):
-recordings assume that the same request gets the same answer, as greedy decoding gives::
+recordings assume that the same request gets the same answer, as greedy decoding gives.  Chain verification
+(:mod:`agentspec.models.chain`) records the same way: the endpoint's probe (``{"agentspec_probe": ...}``) and
+each verification (``{"agentspec_verify_chain": path, ...}``), with the verdict as the answer; a replay of a
+recording made without them verifies nothing (smc then commits as the paper does, and its summary says why)::
 
     cassette = Cassette(Path("runs/rec"), "record")
     async with ModelClient(config, cassette=cassette.for_model("qwen2.5-coder-0.5b")) as client: ...

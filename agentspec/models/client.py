@@ -181,6 +181,29 @@ class ModelClient:
         except ValueError:
             return False
 
+    async def completion(self, messages: list[Message], **options: Any) -> dict[str, Any]:
+        """The endpoint's whole ``chat.completion`` body for one request (``options`` as :meth:`chat` takes them),
+        with the fields beyond OpenAI's it sends (vLLM's ``prompt_logprobs``).  Not recorded: a caller records
+        what it reads of it (:mod:`agentspec.models.chain`)."""
+        body = await self._body(messages, options.get("tools"), options.get("tool_choice"), options.get("max_tokens"),
+                                options.get("temperature"), options.get("stop"), options.get("seed"), False, None,
+                                options.get("extra_body"))
+        return await self._retrying(lambda: self._complete(body))
+
+    async def agentspec_get(self, route: str) -> dict[str, Any] | None:
+        """``GET`` an ``agentspec serve`` route (``/agentspec/capabilities``) under the base URL: its JSON, or None
+        when the endpoint has no such route (404: another server)."""
+        try:
+            return await self._retrying(lambda: self._agentspec("get", route))
+        except ModelRequestError as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+
+    async def agentspec_post(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST`` ``body`` to an ``agentspec serve`` route (``/agentspec/verify_chain``): its JSON answer."""
+        return await self._retrying(lambda: self._agentspec("post", route, body))
+
     async def list_models(self) -> list[str]:
         """The ids of the models the endpoint serves (``GET /models``)."""
         return await self._retrying(self._list_models_once)
@@ -239,6 +262,19 @@ class ModelClient:
         with _translated(), anyio.fail_after(self.config.timeout_s):
             completion = await self._sdk.chat.completions.create(**body)
         return _as_dict(completion)
+
+    async def _agentspec(self, method: str, route: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        import httpx  # already loaded with the SDK (see __init__)
+
+        with _translated(), anyio.fail_after(self.config.timeout_s):
+            if method == "get":
+                answer = await self._sdk.get(route, cast_to=httpx.Response)
+            else:
+                answer = await self._sdk.post(route, body=body, cast_to=httpx.Response)
+            data = answer.json()
+        if not isinstance(data, dict):
+            raise ModelOutputError(f"{route} answered {str(data)[:200]!r}, not a JSON object")
+        return data
 
     async def _list_models_once(self) -> list[str]:
         with _translated(), anyio.fail_after(self.config.timeout_s):

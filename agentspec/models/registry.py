@@ -17,7 +17,6 @@ folder, a ``.gguf`` file, or a hub id) into a :class:`ModelSource` that
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib
 import importlib.metadata
@@ -256,13 +255,3 @@ def resolve(spec: str, *, pull_missing: bool = True) -> ModelSource:
 def _looks_like_hub_id(spec: str) -> bool:
     owner, slash, name = spec.partition("/")
     return bool(slash and owner and name and "/" not in name and not spec.startswith((".", os.sep, "~")))
-
-
-def models_command(args: argparse.Namespace) -> dict[str, object]:
-    """``agentspec models list`` / ``agentspec models pull NAME``."""
-    if args.models_command == "list":
-        return {"models": list_models()}
-    name = str(args.name)
-    folder = pull(name, force=bool(getattr(args, "force", False)))
-    spec = MODELS[name]
-    return {"model": name, "path": str(folder), "sha256": spec.sha256, "verified": True}

@@ -8,6 +8,7 @@ committed trajectory with each step's source, and the reward checks::
     from agentspec.report.command import write_report
     write_report([Path("runs/modes")], Path("runs/modes/report.html"))
 
-Modules: :mod:`.load` reads runs, :mod:`.tables` computes every figure, :mod:`.figures` draws,
+Modules: :mod:`.load` reads runs, :mod:`.tables` computes every figure, :mod:`.figures` draws (one task's
+execution with :mod:`.timeline`, also ``agentspec run --timeline``'s PNG),
 :mod:`.command` renders ``templates/report.html.j2`` (the CLI parser is :mod:`agentspec.cli.report`).
 """

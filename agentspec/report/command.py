@@ -9,7 +9,6 @@ Builds the context from the runs (:mod:`~agentspec.report.load`, :mod:`~agentspe
 
 from __future__ import annotations
 
-import argparse
 import html
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -113,11 +112,6 @@ def write_report(folders: list[Path], out: Path) -> dict[str, Any]:
     tasks = {str(e.get("task_id")) for r in runs for d in r.modes.values() for e in d.episodes}
     return {"report": str(out), "runs": len(runs), "tasks": len(tasks),
             "modes": sum(len(r.modes) for r in runs), "bytes": len(page.encode("utf-8"))}
-
-
-def report_command(args: argparse.Namespace) -> dict[str, Any]:
-    """``agentspec report``: the last stdout line names the page and counts its runs and tasks."""
-    return write_report([Path(p) for p in args.runs], Path(args.out))
 
 
 def report_after_run(out: Path) -> str:

@@ -13,8 +13,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentspec.report.timeline import COLOURS, LANE_NAMES, LANES, commit_style, require_pyplot
 from agentspec.runtime.metrics import percentile
-from agentspec.runtime.timeline import COLOURS, LANE_NAMES, LANES, commit_style, require_pyplot
 
 WIDTH = 1180
 """Timeline width in CSS pixels (the page is 1240 wide, less its padding)."""

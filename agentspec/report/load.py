@@ -1,13 +1,5 @@
-"""Reading runs back for a report: ``results.json`` (checked for its format and shape) and the run logs.
-
-Two shapes are read, both written by ``agentspec run``:
-
-* a ``--mode`` run: ``summary.modes`` holds each mode's figures and ``episodes`` maps mode -> records;
-* a plain run: ``summary`` holds the figures and ``episodes`` is one list; it is read as one mode named
-  ``plain``, its task times taken from each episode's timings.
-
-A file naming another ``format`` than :data:`RESULTS_FORMAT` is refused; a file without one (written
-before the key existed) is read only when it has the current shape::
+"""Reading runs back for a report: ``results.json`` (through :meth:`agentspec.results.Results.load`, which checks
+its format and shape, and reads the previous format's plain runs as one mode named ``plain``) and the run logs::
 
     run = load_run(Path("runs/modes"))
     run.modes["smc"].summary["mean_task_wall_s"]
@@ -20,24 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from agentspec.errors import ConfigError
-from agentspec.runtime.metrics import percentile
-
-RESULTS_FORMAT = "agentspec.results/v1"
-"""The ``format`` key ``agentspec run`` writes at the top of ``results.json``."""
-PLAIN = "plain"
-
-
-class _ResultsFile(BaseModel):
-    """The boundary check of a ``results.json``: its top level only; records are read leniently."""
-
-    model_config = ConfigDict(extra="allow")
-
-    format: str | None = None
-    summary: dict[str, Any]
-    episodes: dict[str, list[dict[str, Any]]] | list[dict[str, Any]]
+from agentspec.results import Results
 
 
 @dataclass(frozen=True)
@@ -70,27 +46,9 @@ class Run:
     modes: dict[str, ModeRun] = field(default_factory=dict)
 
 
-def task_time(record: dict[str, Any]) -> float:
-    """An episode's task time: the executor's (simulated on the virtual clock), else its timings."""
-    metrics = (record.get("execution") or {}).get("metrics") or {}
-    if "wall_s" in metrics:
-        return float(metrics["wall_s"])
-    timings = record.get("timings") or {}
-    return float(timings.get("simulated_wall_s", timings.get("wall_s", 0.0)))
-
-
 def episode_key(record: dict[str, Any]) -> str:
     """``task_id#trial``: what pairs an episode with the same episode in another mode."""
     return f"{record.get('task_id')}#{record.get('trial', 0)}"
-
-
-def _plain_summary(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """A plain run's summary with the task-time figures a ``--mode`` summary carries, from its episodes."""
-    times = [task_time(e) for e in episodes]
-    if not times:
-        return dict(summary)
-    return {**summary, "mean_task_wall_s": round(sum(times) / len(times), 4),
-            "p50_wall_s": round(percentile(times, 0.5), 4), "p95_wall_s": round(percentile(times, 0.95), 4)}
 
 
 def read_log(path: Path) -> LogStats | None:
@@ -112,45 +70,16 @@ def read_log(path: Path) -> LogStats | None:
     return LogStats(path, records, finished)
 
 
-def _parse(folder: Path) -> _ResultsFile:
-    file = folder / "results.json"
-    if not folder.exists():
-        raise ConfigError(f"{folder}: no such folder")
-    if not file.is_file():
-        raise ConfigError(f"{folder}: no results.json here (give the --out folder of an agentspec run)")
-    try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{file}: not a readable JSON file ({exc})") from exc
-    if isinstance(raw, dict) and raw.get("format") not in (None, RESULTS_FORMAT):
-        raise ConfigError(f"{file}: format {raw['format']!r} is not one this agentspec reads ({RESULTS_FORMAT})")
-    try:
-        parsed = _ResultsFile.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "top level"
-        raise ConfigError(f"{file}: not the results.json of this agentspec version (at {where}: {first['msg']})") from exc
-    return parsed
-
-
 def load_run(folder: Path, name: str | None = None) -> Run:
     """Read one run folder; :class:`ConfigError` (one line) when it is missing, foreign or malformed."""
-    parsed = _parse(folder)
-    summary, file = parsed.summary, folder / "results.json"
-    bench = summary.get("bench")
-    if not isinstance(bench, str):
-        raise ConfigError(f"{file}: summary.bench is missing: not the results.json of this agentspec version")
-    modes: dict[str, ModeRun] = {}
-    if isinstance(parsed.episodes, dict):
-        if not isinstance(summary.get("modes"), dict) or set(summary["modes"]) != set(parsed.episodes):
-            raise ConfigError(f"{file}: summary.modes does not match the episodes' modes: not a results.json of this version")
-        for mode, records in parsed.episodes.items():
-            modes[mode] = ModeRun(mode, summary["modes"][mode], records, read_log(folder / f"run-{mode}.log.jsonl"))
-    else:
-        if "modes" in summary or "reward_mean" not in summary:
-            raise ConfigError(f"{file}: a plain run's summary needs reward_mean and no modes: not a results.json of this version")
-        modes[PLAIN] = ModeRun(PLAIN, _plain_summary(summary, parsed.episodes), parsed.episodes)
-    return Run(name or folder.name or str(folder), folder, bench, summary, modes)
+    if not folder.exists():
+        raise ConfigError(f"{folder}: no such folder")
+    results = Results.load(folder)
+    summary = results.summary.as_dict()
+    modes = {mode: ModeRun(mode, summary["modes"][mode], results.records(mode),
+                           read_log(folder / f"run-{mode}.log.jsonl"))
+             for mode in results.episodes}
+    return Run(name or folder.name or str(folder), folder, results.summary.bench, summary, modes)
 
 
 def load_runs(folders: list[Path]) -> list[Run]:

@@ -15,7 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agentspec.report.load import ModeRun, Run, episode_key, task_time
+from agentspec.report.load import ModeRun, Run, episode_key
+from agentspec.results import task_time
 from agentspec.runtime.metrics import percentile
 
 COMMIT_KINDS = [("sa", "commits_sa"), ("macro", "commits_macro"), ("spork", "commits_spork"), ("reuse", "reused_read_only")]

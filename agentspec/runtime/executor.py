@@ -39,12 +39,13 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
 from agentspec.errors import AgentSpecError, ConfigError, SnapshotError
 from agentspec.macros import MacroLibrary
+from agentspec.runtime.chain_verify import VERIFIED, commit_mode
 from agentspec.runtime.conversation import SAY, User, conversation, say, turn_observation
 from agentspec.runtime.draft import Draft, Source
 from agentspec.runtime.governor import Governor, propose
@@ -94,8 +95,13 @@ class ExecutorConfig:
     update the macro's n, k (online reliability; a macro whose bound falls below tau stops firing)."""
     spec_width: int = 1
     """Guesses run per chain position: the speculator's call and its first ``spec_width - 1`` alternatives."""
+    macro_commit: Literal["verified", "trusted"] = "verified"
+    """SMC: the authority verifies a fired macro's chain and only the prefix it makes itself commits (lossless;
+    the paper's lossy commit where the authority cannot verify), or ``trusted``: the paper's commit."""
 
     def __post_init__(self) -> None:
+        if self.macro_commit not in ("verified", "trusted"):
+            raise ConfigError(f"unknown macro commit {self.macro_commit!r}; choose verified or trusted")
         if self.mode not in BASE_MODES:
             raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(BASE_MODES)}")
         if self.depth < 1 or self.l_min < 1 or self.spec_width < 1:
@@ -192,6 +198,8 @@ class ExecutionLoop:
         """Execute until the authority says done or a limit is hit; ``resumed`` continues a logged run."""
         if resumed is not None:
             self.resume(resumed)
+        if self.config.mode == "smc" and self.macros is not None:
+            self.metrics.macro_commit = await commit_mode(self.authority, self.config.macro_commit)
         self._t0 = anyio.current_time()
         try:
             termination, note = await self._loop()
@@ -370,7 +378,8 @@ class ExecutionLoop:
         self.metrics.commits_sa += 1
         self.metrics.hit_at_rank(0)
         if self.config.mode == "smc" and self.macros is not None:
-            await try_macro(self, self.macros, l_min=self.config.l_min, verify=self.config.verify_macros)
+            await try_macro(self, self.macros, l_min=self.config.l_min, verify=self.config.verify_macros,
+                            verified=self.metrics.macro_commit == VERIFIED)
         return True
 
     async def _confirm_alternative(self, call: ToolCall) -> bool:

@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
@@ -272,30 +272,78 @@ class Proposal:
     decision: Decision
 
 
+@runtime_checkable
+class MayAbstain(Protocol):
+    """A speculator that can say it has no guess (the learned one, where no rule or n-gram applies)."""
+
+    async def guess(self, history: History) -> Decision | None:
+        """Its decision, or None where it has no guess; ``Decision(call=None)`` predicts the end."""
+        ...
+
+
+def abstains(decision: Decision | None) -> bool:
+    """No guess: none given, or an answer that is neither a call nor an end (text, an unusable call).  A bare
+    ``Decision(call=None)`` (or one with ``final``) is a guess too: "the task is done"."""
+    return decision is None or (decision.call is None and decision.final is None
+                                and (decision.invalid is not None or decision.text is not None))
+
+
+@dataclass
+class MemberCounts:
+    """What one panel member answered: calls, predicted ends, abstentions; and how its ends fared
+    (:meth:`SpeculatorPanel.score_ends`)."""
+
+    calls: int = 0
+    ends: int = 0
+    abstained: int = 0
+    ends_right: int = 0
+    ends_wrong: int = 0
+
+
 class SpeculatorPanel:
-    """Several speculators as one: each asked in turn (skipping those the governor paused) until one does not
-    abstain, i.e. answers a call.  With every speculator paused or abstaining, the answer is "no call"."""
+    """Several speculators as one: each asked in turn (skipping those the governor paused) until one guesses.
+    A guess is a call or a predicted end ("the task is done": it ends the draft chain, and is right when the
+    authority ends there, wrong otherwise); only an abstention (no guess, see :func:`abstains`) passes the turn
+    to the next.  With every speculator paused or abstaining, the answer is "no call"."""
 
     def __init__(self, members: Sequence[tuple[str, Policy]], governor: Governor | None = None) -> None:
         self.members = list(members)
         self.governor = governor
+        self.counts = {name: MemberCounts() for name, _ in self.members}
+        self._ends: list[tuple[str, list[Any]]] = []
+        """Each predicted end: who made it and the calls it predicts the task ends after (committed + drafts)."""
 
     async def propose(self, history: History) -> Proposal:
-        decision = Decision(call=None)
         for name, policy in self.members:
-            if self.governor is None:
-                decision = await policy.decide(history)
-            elif not self.governor.active(name):
+            if self.governor is not None and not self.governor.active(name):
                 continue
+            with self.governor.speculating(name) if self.governor is not None else nullcontext():
+                decision = await policy.guess(history) if isinstance(policy, MayAbstain) else await policy.decide(history)
+            counts = self.counts[name]
+            if decision is None or abstains(decision):
+                counts.abstained += 1
+                continue
+            if decision.call is None:
+                counts.ends += 1
+                self._ends.append((name, [call for call, _ in history]))
             else:
-                with self.governor.speculating(name):
-                    decision = await policy.decide(history)
-            if decision.call is not None:
-                return Proposal(name, decision)
-        return Proposal(None, decision)
+                counts.calls += 1
+            return Proposal(name, decision)
+        return Proposal(None, Decision(call=None))
 
     async def decide(self, history: History) -> Decision:
         return (await self.propose(history)).decision
+
+    def score_ends(self, committed: Sequence[Any]) -> dict[str, MemberCounts]:
+        """Score the predicted ends against the task's ``committed`` calls once it is over: an end is right when
+        the task ended exactly after the calls it was predicted after, wrong otherwise (the authority went on, or
+        the drafts it stood on were not what the authority did).  Returns :attr:`counts`; scores each end once."""
+        for name, before in self._ends:
+            right = list(committed) == before
+            self.counts[name].ends_right += int(right)
+            self.counts[name].ends_wrong += int(not right)
+        self._ends = []
+        return self.counts
 
 
 async def propose(speculator: Policy, history: History) -> Proposal:

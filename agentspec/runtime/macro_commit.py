@@ -5,6 +5,12 @@ steps align with the next drafts of the chain (slots bound consistently across b
 ``l_min`` authority decisions, and the deepest of those drafts' forks still descends from live state.  Among
 the macros that fire, the one skipping most wins, then the one with the higher reliability bound.
 
+With ``--macro-commit verified`` (the default where the authority can verify, :mod:`agentspec.runtime.chain_verify`)
+the fired macro's drafts are a draft at the action level: the authority verifies the chain (the drafts' calls and
+their forks' observations) in one request, and only the accepted prefix commits; the rest stay drafts, for the next
+decision to confirm or reject as in SA.  A verification accepting nothing commits nothing.  ``trusted`` is the
+paper's lossy commit.
+
 The loop is reached only through :class:`MacroHost`, which :class:`~agentspec.runtime.executor.ExecutionLoop`
 implements; SA's commit of a confirmed first draft stays in the loop itself.
 """
@@ -14,9 +20,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import anyio
+
 from agentspec.macros import Macro, MacroLibrary, align
+from agentspec.runtime.chain_verify import ChainVerdict, VerifiesChains
 from agentspec.runtime.draft import Draft, Source
-from agentspec.runtime.metrics import ExecutionMetrics
+from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.policies import Policy
 from agentspec.runtime.simulated import untimed
 from agentspec.snapshot import SnapshotBackend
@@ -31,6 +40,11 @@ class MacroHost(Protocol):
     metrics: ExecutionMetrics
     steps: list[Step]
     """The committed history, oldest first."""
+    timeline: Timeline
+
+    def since_start(self, at: float) -> float:
+        """Seconds from the start of the task to clock time ``at``."""
+        ...
 
     def drafts(self) -> list[Draft]:
         """The draft chain, head first (a copy: the chain itself changes while a commit waits)."""
@@ -64,8 +78,9 @@ def _committable(drafts: list[Draft], live_token: str) -> bool:
     return usable and last is not None and live_token in last.lineage
 
 
-async def try_macro(loop: MacroHost, library: MacroLibrary, *, l_min: int, verify: bool) -> None:
-    """After a confirmed anchor, commit the drafts a reliable macro predicts; ``verify`` asks the authority after."""
+async def try_macro(loop: MacroHost, library: MacroLibrary, *, l_min: int, verify: bool, verified: bool = False) -> None:
+    """After a confirmed anchor, commit the drafts a reliable macro predicts: all of them (``verified`` False: the
+    paper's lossy commit; ``verify`` then asks the authority after), or the prefix the authority verifies."""
     chosen = best_macro(library, [s.call for s in loop.steps], [d.call for d in loop.drafts()], l_min)
     if chosen is None:
         return
@@ -78,12 +93,43 @@ async def try_macro(loop: MacroHost, library: MacroLibrary, *, l_min: int, verif
     if not _committable(drafts, loop.backend.live_token):
         return
     anchor = len(loop.steps)
+    if verified:
+        verdict = await verify_chain(loop, drafts)
+        if drafts != loop.drafts()[:rest]:
+            return  # the chain changed while the authority verified it
+        if verify:
+            macro.observe(verdict.accepted == rest, library.delta)  # the verification is the check: no decisions
+            loop.metrics.macro_checks += verdict.steps
+            loop.metrics.macro_disagreements += int(verdict.rejected)
+        drafts = drafts[:verdict.accepted]
+        if not drafts:
+            return
     await loop.commit(drafts, "macro", macro_id=macro.id)
-    loop.metrics.commits_macro += rest
-    loop.metrics.authority_skipped += rest
+    loop.metrics.commits_macro += len(drafts)
+    loop.metrics.authority_skipped += len(drafts)
     loop.metrics.macro_firings += 1
-    if verify:
+    if verify and not verified:
         await verify_macro(loop, macro, anchor, library.delta)
+
+
+async def verify_chain(loop: MacroHost, drafts: list[Draft]) -> ChainVerdict:
+    """The authority's verdict on ``drafts`` (finished, committable), counted in the metrics and the timeline."""
+    authority = loop.authority
+    assert isinstance(authority, VerifiesChains)  # the executor verifies only where verification() said it can
+    history = [(s.call, s.observation) for s in loop.steps]
+    chain = [(d.call, d.observation) for d in drafts if d.observation is not None]
+    started = anyio.current_time()
+    verdict = await authority.verify_chain(history, chain)
+    ended = anyio.current_time()
+    metrics = loop.metrics
+    metrics.chains_verified += 1
+    metrics.chain_steps_offered += verdict.steps
+    metrics.chain_steps_accepted += verdict.accepted
+    metrics.chain_steps_rejected += int(verdict.rejected)
+    metrics.verify_s += ended - started
+    label = f"verify {verdict.accepted}/{verdict.steps}"
+    loop.timeline.add("authority", loop.since_start(started), loop.since_start(ended), label, "verify")
+    return verdict
 
 
 async def verify_macro(loop: MacroHost, macro: Macro, first: int, delta: float) -> None:

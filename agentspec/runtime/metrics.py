@@ -44,6 +44,18 @@ class ExecutionMetrics:
     snapshot_failures: int = 0
     macro_checks: int = 0
     macro_disagreements: int = 0
+    macro_commit: str | None = None
+    """SMC: ``verified``, ``trusted``, or ``trusted (verification unavailable: <reason>)`` (None in other modes)."""
+    chains_verified: int = 0
+    """SMC verified: fired macros' chains the authority verified before committing."""
+    chain_steps_offered: int = 0
+    """Steps in those chains."""
+    chain_steps_accepted: int = 0
+    """Of them, the steps the authority made itself (committed)."""
+    chain_steps_rejected: int = 0
+    """Steps the authority refused: at most one per chain (the steps after it were not judged; they stay drafts)."""
+    verify_s: float = 0.0
+    """Time the verifications took (on the critical path: the authority's next decision waits for them)."""
     probes: int = 0
     probe_hits: int = 0
     probe_name_hits: int = 0
@@ -113,7 +125,9 @@ def _sum_lists(lists: Sequence[list[int]]) -> list[int]:
     return [sum(x[i] for x in lists if i < len(x)) for i in range(width)]
 
 
-NUMERIC = [name for name in ExecutionMetrics.__dataclass_fields__]
+LABELS = ("macro_commit",)
+"""Text fields: a mode's summary holds their distinct values, not a sum."""
+NUMERIC = [name for name in ExecutionMetrics.__dataclass_fields__ if name not in LABELS]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -148,6 +162,10 @@ def aggregate(per_task: Sequence[ExecutionMetrics]) -> dict[str, Any]:
         out[f"speculator_{kind}hit_rate"] = rates[0] if rates else None  # the next call, what SA confirms
     reported = out["authority_reported_calls"]
     out["authority_forwards_per_call"] = round(out["authority_forwards"] / reported, 3) if reported else None
+    for name in LABELS:
+        labels = sorted({value for m in per_task if (value := getattr(m, name)) is not None})
+        if labels:
+            out[name] = "; ".join(labels)
     walls = [m.wall_s for m in per_task]
     out["p50_wall_s"] = round(percentile(walls, 0.5), 4)
     out["p95_wall_s"] = round(percentile(walls, 0.95), 4)

@@ -21,9 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from agentspec.errors import ModelOutputError
-from agentspec.models import ModelClient
+from agentspec.errors import ConfigError, ModelOutputError
+from agentspec.models import ModelClient, chain
 from agentspec.models.result import ChatResult, TextDelta
+from agentspec.runtime.chain_verify import MAX_CHAIN, Chain, ChainVerdict, verify_by_deciding
 from agentspec.runtime.conversation import SAY, say
 from agentspec.runtime.latency import estimate_tokens
 from agentspec.types import InvalidToolCall, Message, Observation, ToolCall, ToolSpec
@@ -137,6 +138,17 @@ class OracleAuthority:
             return Decision(call=None, output_tokens=1, final=final)
         return Decision(call=call, output_tokens=estimate_tokens(call.canonical()))
 
+    async def verification(self) -> str | None:
+        return None  # deciding is pure: it verifies by deciding at each prefix
+
+    async def verify_chain(self, history: History, chain: Chain) -> ChainVerdict:
+        """The chain's longest prefix of gold calls in order (deciding at each prefix; no side effects)."""
+
+        async def decide(prefix: History) -> ToolCall | None:
+            return (await self.decide(prefix)).call
+
+        return await verify_by_deciding(decide, history, chain)
+
 
 @dataclass
 class NoisyOracleSpeculator:
@@ -196,16 +208,18 @@ def history_messages(system_prompt: str, history: History) -> list[Message]:
     made it or a confirmed draft did, so a model sees (and a recording keys) the same prompt either way."""
     messages = [Message(role="system", content=system_prompt)]
     for step, (call, observation) in enumerate(history):
-        call = call.model_copy(update={"id": f"step_{step}"})
-        if call.name == SAY:  # normal mode: the agent's text, then the user's reply
-            messages.append(Message(role="assistant", content=str(call.arguments.get("content", ""))))
-            if observation is not None:
-                messages.append(Message(role="user", content=observation.content))
-            continue
-        messages.append(Message(role="assistant", tool_calls=[call]))
-        content = observation.content if observation else "(still running)"
-        messages.append(Message(role="tool", content=content, tool_call_id=call.id))
+        messages += step_messages(step, call, observation)
     return messages
+
+
+def step_messages(step: int, call: ToolCall, observation: Observation | None) -> list[Message]:
+    """What :func:`history_messages` appends for the history's step ``step``: the call, then its result."""
+    call = call.model_copy(update={"id": f"step_{step}"})
+    if call.name == SAY:  # normal mode: the agent's text, then the user's reply
+        said = [Message(role="assistant", content=str(call.arguments.get("content", "")))]
+        return said + ([Message(role="user", content=observation.content)] if observation is not None else [])
+    content = observation.content if observation else "(still running)"
+    return [Message(role="assistant", tool_calls=[call]), Message(role="tool", content=content, tool_call_id=call.id)]
 
 
 @dataclass
@@ -291,6 +305,49 @@ class LLMPolicy:
                         text += event.text
                     await progress(text, tokens)
         raise ModelOutputError("the stream ended without a result")
+
+    async def verification(self) -> str | None:
+        """None when the endpoint can verify chains (probed once per client: ``agentspec serve``'s
+        ``verify_chain``, else prompt log-probabilities), else why not."""
+        if self.answer_prefix:
+            return (f"the agent starts each answer with {self.answer_prefix!r} and reasons before its call, so a "
+                    "chain of bare calls is not what it writes")
+        found = await chain.support(self.client)
+        return None if self._wire_path(found) else found.reason or "no verification path"
+
+    async def verify_chain(self, history: History, steps: Chain) -> ChainVerdict:
+        """The longest prefix of ``steps`` the model makes itself after ``history``, verified in one request (the
+        conversation exactly as :meth:`decide` would send it); calls still queued from a multi-call answer are
+        the model's next decisions, so against them the chain is compared (and the accepted ones dequeued)."""
+        steps = list(steps)[:MAX_CHAIN]
+        if self._queued:
+            return self._verify_queued(steps)
+        path = self._wire_path(await chain.support(self.client))
+        if path is None:
+            raise ConfigError(await self.verification() or "the endpoint cannot verify chains")
+        from agentspec.decoding.grammar import render_call  # the text the model writes a call as (numpy: lazy)
+
+        wire = [chain.WireStep(call, step_messages(len(history) + k, call, observation),
+                               render_call(call.name, call.arguments)) for k, (call, observation) in enumerate(steps)]
+        answer = await chain.verify(self.client, path, self._messages(history), self.tools, wire,
+                                    tool_choice=self.tool_choice)
+        accepted = min(answer.accepted, len(steps))
+        return ChainVerdict(accepted=accepted, steps=len(steps), next_text=answer.next_text, forwards=answer.forwards,
+                            prompt_tokens=answer.prompt_tokens, seconds=answer.verify_s)
+
+    def _wire_path(self, found: chain.Support) -> chain.WirePath | None:
+        """The path to verify by: the server's own (grammar-masked greedy, a call forced) when every answer must be
+        a call; prompt log-probabilities (the unconstrained argmax, which a text answer may beat) otherwise."""
+        order: list[chain.WirePath] = ["verify_chain", "prompt_logprobs"]
+        if self.tool_choice != "required":
+            order.reverse()
+        return next((path for path in order if path in found.paths), None)
+
+    def _verify_queued(self, steps: list[tuple[ToolCall, Observation]]) -> ChainVerdict:
+        judged = min(len(steps), len(self._queued))
+        accepted = next((k for k in range(judged) if steps[k][0] != self._queued[k]), judged)
+        del self._queued[:accepted]
+        return ChainVerdict(accepted=accepted, steps=judged)
 
     def _messages(self, history: History) -> list[Message]:
         messages = history_messages(self.system_prompt, history)

@@ -1,10 +1,15 @@
 """The OpenAI-compatible ASGI app (Starlette) over one or more :class:`Engine`.
 
 Routes: ``GET /v1/models``, ``GET /v1/models/{id}``,
-``POST /v1/chat/completions``, ``POST /v1/agentspec/hints`` (draft hints for a
-running request, :mod:`agentspec.serve.hints`), ``GET /health`` and ``GET /stats`` (per-model
+``POST /v1/chat/completions`` (with vLLM's ``prompt_logprobs``:
+:mod:`agentspec.serve.prompt_logprobs`), ``POST /v1/agentspec/hints`` (draft hints for a
+running request, :mod:`agentspec.serve.hints`), ``POST /v1/agentspec/verify_chain``
+(does the model make these calls in turn: :mod:`agentspec.serve.chain`),
+``GET /v1/agentspec/capabilities`` (``{"verify_chain": true, "prompt_logprobs":
+true, "models": [...]}``: how a client tells this server from others),
+``GET /health`` and ``GET /stats`` (per-model
 counters: requests, completed, cancelled, active, prompt/cached/generated
-tokens, prefix-cache entries).  Every error is an OpenAI-style JSON body
+tokens, verified chains and their accepted/rejected steps, prefix-cache entries).  Every error is an OpenAI-style JSON body
 ``{"error": {"message", "type", "param", "code"}}`` with its HTTP status; an
 unexpected exception answers 500 and the server keeps serving.  A chat
 request's body is capped (``max_request_bytes``, 4 MiB by default): a larger
@@ -36,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from agentspec.serve.chain import prepare_chain
 from agentspec.serve.completions import CompletionResponse, prepare
 from agentspec.serve.engine import Engine
 from agentspec.serve.hints import HintTargets, deliver_hints
@@ -213,6 +219,28 @@ def create_app(
             deliveries.leave()
         return JSONResponse(answer)
 
+    async def verify_chain(request: Request) -> Response:
+        try:
+            admission.enter()  # a verification holds key/values like a chat request: the same cap
+        except APIError as exc:
+            return _answer(exc)
+        try:
+            began = time.perf_counter()
+            body = await read_body(request, max_request_bytes)
+            _, engine, job = await anyio.to_thread.run_sync(prepare_chain, body, engines)
+            verdict = await engine.run_job(job)
+        except APIError as exc:
+            return _answer(exc)
+        finally:
+            admission.leave()
+        engine.stats.chains_verified += 1
+        engine.stats.chain_steps_accepted += verdict.accepted
+        engine.stats.chain_steps_rejected += verdict.steps - verdict.accepted
+        return JSONResponse(verdict.body(time.perf_counter() - began))
+
+    async def capabilities(request: Request) -> Response:
+        return JSONResponse({"verify_chain": True, "prompt_logprobs": True, "models": list(engines)})
+
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "models": list(engines)})
 
@@ -235,6 +263,8 @@ def create_app(
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/agentspec/hints", hints, methods=["POST"]),
+        Route("/v1/agentspec/verify_chain", verify_chain, methods=["POST"]),
+        Route("/v1/agentspec/capabilities", capabilities, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/stats", stats, methods=["GET"]),
     ]

@@ -27,6 +27,7 @@ from agentspec.models.parsing import extract_tool_calls
 from agentspec.serve.engine import Engine
 from agentspec.serve.hints import HintTarget, HintTargets
 from agentspec.serve.prompt import render_prompt
+from agentspec.serve.prompt_logprobs import PromptLogprobJob
 from agentspec.serve.protocol import MAX_HINT_BYTES, APIError, ChatRequest, parse_request
 from agentspec.serve.schema_check import TooDeep, check_depth, unsatisfiable
 from agentspec.serve.text import TextAssembler, ToolCallHoldback
@@ -178,6 +179,7 @@ class _Run:
         self.completion_tokens = 0
         self.cached_tokens = 0
         self.finish: str | None = None
+        self.prompt_logprobs: list[Any] | None = None
 
     @property
     def wants_logprobs(self) -> bool:
@@ -228,6 +230,12 @@ class _Run:
     async def steps(self) -> AsyncGenerator[tuple[str, list[dict[str, Any]]], None]:
         """Async iterator over ``(text, logprob entries)`` per step; sets :attr:`finish` at the end."""
         prepared = self.prepared
+        top = prepared.request.prompt_logprobs
+        if top is not None:
+            engine = prepared.engine
+            engine.stats.prompt_logprob_requests += 1
+            job = PromptLogprobJob(engine.lm, prepared.prompt, top, prefill_chunk=engine.prefill_chunk)
+            self.prompt_logprobs = await engine.run_job(job)
         generation = prepared.engine.generate(
             prepared.prompt, prepared.params, prepared.constraint, self.set_cached, context=prepared.context
         )
@@ -324,6 +332,8 @@ class CompletionResponse:
             choice["logprobs"] = {"content": run.logprobs}
         body = {"id": self.id, "object": "chat.completion", "created": self.created,
                 "model": self.prepared.request.model, "choices": [choice], "usage": run.usage()}
+        if run.prompt_logprobs is not None:
+            body["prompt_logprobs"] = run.prompt_logprobs
         await _send_json(send, 200, body)
 
     def _message(self, run: _Run) -> tuple[dict[str, Any], str | None]:

@@ -50,7 +50,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.lowlevel
@@ -64,7 +64,7 @@ from agentspec.decoding.plain import PlainGenerator, PlainStream
 from agentspec.models.local import LocalModel, require
 from agentspec.serve.batched_forward import ForwardStep, participating, route_forwards
 
-__all__ = ["Engine", "EngineStats", "PrefixCache"]
+__all__ = ["Engine", "EngineStats", "ForwardJob", "PrefixCache"]
 
 @dataclass
 class EngineStats:
@@ -89,6 +89,42 @@ class EngineStats:
     """Token rows those forwards computed."""
     overlapped_steps: int = 0
     """Steps that ran while another engine (another model) was stepping too, each on its share of the cores."""
+    chains_verified: int = 0
+    """Chains verified (``POST /v1/agentspec/verify_chain``)."""
+    chain_steps_accepted: int = 0
+    """Chain steps the model's greedy choice confirmed (each chain's accepted prefix)."""
+    chain_steps_rejected: int = 0
+    """Chain steps offered but not accepted: the step the model decided otherwise, and every step after it."""
+    prompt_logprob_requests: int = 0
+    """Chat requests that asked for ``prompt_logprobs`` (their prompts are computed in full, not reused)."""
+
+
+class ForwardJob(Protocol):
+    """Model work that is not a generation (a chain verification, prompt log-probabilities), run as units.
+
+    The engine looks ``lookup_tokens`` up in the prefix cache and calls :meth:`start` with what it found,
+    then :meth:`prefill` (a unit each) until :attr:`prefilled`, then :meth:`run` as one last unit when
+    :attr:`runs_model`, else on the event loop; what ``covered``/:meth:`layers` hold then goes back into
+    the prefix cache.  Its ``seq`` (a :class:`~agentspec.decoding.kv_cache.TargetSequence`) counts forwards.
+    """
+
+    lookup_tokens: list[int]
+    """The tokens to find a cached prefix for ([]: compute everything)."""
+    runs_model: bool
+
+    @property
+    def prefilled(self) -> bool: ...
+
+    @property
+    def covered(self) -> list[int]: ...
+
+    def layers(self) -> list[tuple[Any, Any]]: ...
+
+    def start(self, reuse: Reuse) -> None: ...
+
+    def prefill(self) -> None: ...
+
+    def run(self) -> Any: ...
 
 
 @dataclass(eq=False)
@@ -98,6 +134,7 @@ class _Unit:
     kind: str
     work: Callable[[], Any]
     stream: TokenStream | None = None
+    job: ForwardJob | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     result: Any = None
     error: BaseException | None = None
@@ -105,7 +142,12 @@ class _Unit:
     @property
     def exclusive(self) -> bool:
         """Whether it may not run beside another exclusive unit (state shared beyond its own stream)."""
-        return self.kind != "start" and not isinstance(self.stream, PlainStream)
+        return self.kind != "start" and self.job is None and not isinstance(self.stream, PlainStream)
+
+    @property
+    def heavy(self) -> bool:
+        """A many-token forward (a prefill chunk, a chain verification): at most one per step."""
+        return self.kind in ("prefill", "verify")
 
 
 @dataclass(eq=False)
@@ -230,6 +272,11 @@ class Engine:
         self._pool: ThreadPoolExecutor | None = None
         self._routed: bool | None = None
 
+    @property
+    def prefill_chunk(self) -> int:
+        """Prompt tokens one prefill unit computes (a long prompt never holds a step for longer)."""
+        return self._prefill_chunk
+
     @cached_property
     def max_token_bytes(self) -> int:
         """The most bytes one token stands for (bounds a prompt's token count from below without tokenising it)."""
@@ -276,6 +323,35 @@ class Engine:
                     self._running.remove(gen)
                     self.prefix_cache.store(gen.covered, gen.layers())
                 gen.close()
+
+    async def run_job(self, job: ForwardJob) -> Any:
+        """Run ``job`` as units of this engine's steps (:class:`ForwardJob`); return what its :meth:`run` returns.
+
+        Its units share steps with the generations in progress like their prefill chunks do; afterwards its
+        key/values go into the prefix cache (a verified chain's accepted path serves the next decision).
+        """
+        self.stats.active += 1
+        self._live += 1
+        started = False
+        try:
+            await self._run(_Unit("start", lambda: self._start_job(job)))
+            started = True
+            while not job.prefilled:
+                await self._run(_Unit("prefill", job.prefill, job=job))
+            return await self._run(_Unit("verify", job.run, job=job)) if job.runs_model else job.run()
+        finally:
+            self.stats.active -= 1
+            self._live -= 1
+            self._wake()
+            if started:
+                with self._shared:
+                    self.prefix_cache.store(job.covered, job.layers())
+
+    def _start_job(self, job: ForwardJob) -> None:
+        with self._shared:
+            reuse = self.prefix_cache.lookup(job.lookup_tokens, [g for g in self._running if g.prefilled]) \
+                if job.lookup_tokens else (0, [])
+        job.start(reuse)
 
     async def _run(self, unit: _Unit) -> Any:
         """Queue ``unit`` and return its result once a step ran it (this request may run that step itself)."""
@@ -327,10 +403,10 @@ class Engine:
         chosen: list[_Unit] = []
         prefill = exclusive = False
         for unit in self._queue:
-            if unit.exclusive and exclusive or unit.kind == "prefill" and prefill:
+            if unit.exclusive and exclusive or unit.heavy and prefill:
                 continue
             exclusive = exclusive or unit.exclusive
-            prefill = prefill or unit.kind == "prefill"
+            prefill = prefill or unit.heavy
             chosen.append(unit)
         self._queue = [unit for unit in self._queue if unit not in chosen]
         return chosen
@@ -354,9 +430,9 @@ class Engine:
     def _execute_work(self, work: list[_Unit], threads: int) -> None:
         self.stats.steps += 1
         if len(work) == 1:
-            before = _forwards(work[0].stream)
+            before = _forwards(work[0])
             _perform(work[0])
-            self.stats.forwards += max(1, _forwards(work[0].stream) - before)
+            self.stats.forwards += max(1, _forwards(work[0]) - before)
             return
         if self._routed is None:
             self._routed = route_forwards(self.lm.model)
@@ -437,6 +513,6 @@ def _perform(unit: _Unit) -> None:
         unit.error = exc
 
 
-def _forwards(stream: TokenStream | None) -> int:
-    seq = getattr(stream, "seq", None)
+def _forwards(unit: _Unit) -> int:
+    seq = getattr(unit.job if unit.job is not None else unit.stream, "seq", None)
     return int(getattr(seq, "forwards", 0))

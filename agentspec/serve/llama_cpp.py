@@ -24,6 +24,17 @@ executor's requests mean what they mean on vLLM and the embedded engine:
 * other ``logprobs`` requests are answered without logprobs: ``logits_all``
   would keep a context-by-vocabulary float matrix (10 GB for Qwen at 16k).
 
+Chain verification (issue 29) is not served here, and says so:
+``GET /v1/agentspec/capabilities`` answers ``verify_chain: false,
+prompt_logprobs: false`` with the reason, and ``POST
+/v1/agentspec/verify_chain`` or a chat request with ``prompt_logprobs``
+answers 501 (:data:`NO_PROMPT_LOGITS`).  Both need the logits of many prompt
+positions: llama-cpp-python's ``Llama`` keeps them only when loaded with
+``logits_all=True`` (for every position of every request, the matrix
+above), and asking for some positions only needs the low-level batch API
+(a logits flag per token) that agentspec does not drive.  A client then
+commits macros unverified (the paper's lossy commit) and says so.
+
 llama-cpp-python's server runs one request at a time (no parallel slots); the
 first request of a new conversation pays its prefill, later ones reuse the
 longest common token prefix of the previous request.
@@ -31,7 +42,6 @@ longest common token prefix of the previous request.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import json
@@ -51,7 +61,18 @@ from agentspec.data import cache_root
 from agentspec.errors import ConfigError, DataError
 from agentspec.models.registry import MODELS, assemble, install_packages
 
-__all__ = ["ChatExtensions", "LlamaCppOptions", "continuation_prompt", "gguf_path", "serve_command", "settings_for"]
+__all__ = [
+    "NO_PROMPT_LOGITS", "ChatExtensions", "LlamaCppOptions", "continuation_prompt", "gguf_path",
+    "settings_for",
+]
+
+NO_PROMPT_LOGITS = (
+    "agentspec serve --engine llama-cpp cannot score prompt tokens: llama-cpp-python keeps the logits of every "
+    "prompt position only with logits_all=True (a context x vocabulary float matrix for every request, 10 GB for "
+    "Qwen at 16k), which this engine leaves off; chain verification (/v1/agentspec/verify_chain) and "
+    "prompt_logprobs need them. Use --engine embedded to verify chains."
+)
+"""Why chain verification and ``prompt_logprobs`` answer 501 on the llama.cpp engine (module docstring)."""
 
 INSTALL_HINT = (
     "the llama-cpp engine needs llama-cpp-python's server: pip install 'agentspec[llama]' "
@@ -167,37 +188,6 @@ def settings_for(spec: str, gguf: Path, options: LlamaCppOptions = LlamaCppOptio
     }
 
 
-# ---------------------------------------------------------------- the command
-
-
-def serve_command(args: argparse.Namespace) -> dict[str, Any]:
-    """``agentspec serve --engine llama-cpp``: serve until interrupted; return a final JSON summary."""
-    from agentspec.serve.lifeline import exit_with_parent
-    from agentspec.serve.server import _bind, _uvicorn_server, serve_until_stopped
-
-    if getattr(args, "decoder", "greedy") != "greedy" or getattr(args, "sidecar", None):
-        raise ConfigError("--decoder toolspec and --sidecar need --engine embedded (llama.cpp decodes by itself)")
-    exit_with_parent()
-    server_app = require_llama_cpp()
-    settings_module = importlib.import_module("llama_cpp.server.settings")
-    specs = list(dict.fromkeys(args.model))
-    model_settings = [settings_module.ModelSettings(**settings_for(spec, gguf_path(spec))) for spec in specs]
-    server_settings = settings_module.ServerSettings(host=args.host, port=args.port, interrupt_requests=False)
-    sock = _bind(args.host, args.port)
-    _log(f"agentspec: loading {', '.join(specs)} with llama.cpp")
-    try:
-        inner = server_app.create_app(server_settings=server_settings, model_settings=model_settings)
-    except ValueError as exc:  # llama.cpp's word for a file it cannot load
-        sock.close()
-        raise ConfigError(f"llama.cpp cannot load {', '.join(specs)}: {exc}") from exc
-    app = ChatExtensions(inner, server_app.get_llama_proxy, default_max_tokens=getattr(args, "max_tokens", None))
-    server = _uvicorn_server(app)
-    models = [served_id(spec) for spec in specs]
-
-    serve_until_stopped(server, sock, models)  # as the embedded engine: stops on SIGINT/SIGTERM, then reports
-    return {"event": "stopped", "engine": "llama-cpp", "models": models, "stats": app.stats}
-
-
 # ---------------------------------------------------------------- request extensions
 
 
@@ -228,14 +218,18 @@ class ChatExtensions:
 
     def __init__(
         self, app: Callable[[Scope, Receive, Send], Awaitable[None]], get_proxy: Callable[[], Any], *,
-        default_max_tokens: int | None = None,
+        default_max_tokens: int | None = None, models: list[str] | None = None,
     ) -> None:
         self.app = app
         self.get_proxy = get_proxy
         self.default_max_tokens = default_max_tokens
+        self.models = list(models or [])
         self.stats: dict[str, int] = {"chat_requests": 0, "continuations": 0}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in ("/v1/agentspec/capabilities", "/v1/agentspec/verify_chain"):
+            await self._verification(scope, send)
+            return
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/v1/chat/completions":
             await self.app(scope, receive, send)
             return
@@ -246,6 +240,9 @@ class ChatExtensions:
             body = None
         if not isinstance(body, dict):
             await self.app(scope, _replay(raw), send)
+            return
+        if body.get("prompt_logprobs") is not None:
+            await _send_json(send, 501, _not_implemented("prompt_logprobs"))
             return
         self.stats["chat_requests"] += 1
         for message in body.get("messages") or []:
@@ -269,6 +266,17 @@ class ChatExtensions:
         headers.append((b"content-length", str(len(raw)).encode()))
         await self.app({**scope, "headers": headers}, _replay(raw), send)
 
+    async def _verification(self, scope: Scope, send: Send) -> None:
+        """The capabilities probe (nothing to verify with) and ``verify_chain`` (501): module docstring."""
+        if scope["path"] == "/v1/agentspec/capabilities" and scope["method"] == "GET":
+            await _send_json(send, 200, {"verify_chain": False, "prompt_logprobs": False, "models": self.models,
+                                         "reason": NO_PROMPT_LOGITS})
+        elif scope["path"] == "/v1/agentspec/verify_chain" and scope["method"] == "POST":
+            await _send_json(send, 501, _not_implemented("verify_chain"))
+        else:
+            await _send_json(send, 405, {"error": {"message": f"{scope['method']} {scope['path']}: method not allowed",
+                                                   "type": "invalid_request_error"}})
+
     async def _continue(self, body: dict[str, Any], send: Send) -> None:
         try:
             async with contextlib.asynccontextmanager(self.get_proxy)() as proxy:
@@ -281,6 +289,11 @@ class ChatExtensions:
             await _send_stream(send, answer)
         else:
             await _send_json(send, 200, answer)
+
+
+def _not_implemented(what: str) -> dict[str, Any]:
+    return {"error": {"message": NO_PROMPT_LOGITS, "type": "not_implemented_error", "param": what,
+                      "code": f"{what}_unsupported"}}
 
 
 def _continue_on(llama: Any, body: dict[str, Any]) -> dict[str, Any]:

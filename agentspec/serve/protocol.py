@@ -19,9 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentspec.decoding.grammar import FunctionDef, ToolDef, render_call
 
 __all__ = [
-    "APIError", "ChatMessage", "ChatRequest", "FunctionDef", "HintDelivery", "MAX_HINTS", "MAX_HINTS_BYTES",
-    "MAX_HINT_BYTES", "MAX_TOKEN_COUNT", "SEED_RANGE", "ToolDef", "check_hint_sizes", "parse_hint_delivery",
-    "parse_request",
+    "APIError", "ChainCall", "ChainRequest", "ChainStep", "ChatMessage", "ChatRequest", "FunctionDef", "HintDelivery",
+    "MAX_CHAIN_STEPS", "MAX_HINTS", "MAX_HINTS_BYTES", "MAX_HINT_BYTES", "MAX_PROMPT_LOGPROBS", "MAX_TOKEN_COUNT",
+    "SEED_RANGE", "ToolDef", "check_hint_sizes", "parse_chain_request", "parse_hint_delivery", "parse_request",
 ]
 
 
@@ -30,6 +30,12 @@ SEED_RANGE = (-(2**63), 2**64 - 1)
 
 MAX_TOKEN_COUNT = 2**31 - 1
 """An upper bound for token counts (no context is this long; the context check gives the precise message)."""
+
+MAX_CHAIN_STEPS = 16
+"""Steps one ``verify_chain`` request may carry (more: 400 ``chain_too_long``); a macro is a few calls long."""
+
+MAX_PROMPT_LOGPROBS = 20
+"""The most alternatives ``prompt_logprobs`` asks for per prompt token (vLLM's cap for ``top_logprobs`` too)."""
 
 MAX_HINTS = 8
 """Hints one field of a request or delivery may hold (``agentspec_hints``, ``agentspec_predicted_calls``,
@@ -131,6 +137,38 @@ class HintDelivery(BaseModel):
         return [(f"predicted_calls.{i}", *call.as_hint()) for i, call in enumerate(self.predicted_calls)]
 
 
+class ChainCall(BaseModel):
+    """A chain step's call: the function and its arguments (rendered as the tool grammar writes calls)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=256)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChainStep(BaseModel):
+    """One pre-executed step: the call, and the messages the conversation appends once it is committed (the
+    assistant message carrying the call, then the tool results)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call: ChainCall
+    messages: list[ChatMessage] = Field(default_factory=list)
+
+
+class ChainRequest(_Lenient):
+    """``POST /v1/agentspec/verify_chain``: does the model, deciding greedily, make these calls in turn?
+
+    ``messages`` and ``tools`` are exactly what a chat request for the first decision would carry; step k is
+    decided after ``messages`` plus the messages of steps 0..k-1 (the wire format: issue 29).
+    """
+
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ToolDef] = Field(min_length=1)
+    chain: list[ChainStep] = Field(min_length=1, max_length=MAX_CHAIN_STEPS)
+
+
 class ChatRequest(_Lenient):
     """The fields of ``POST /v1/chat/completions`` the server honours."""
 
@@ -148,6 +186,8 @@ class ChatRequest(_Lenient):
     stop: str | list[str] | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_PROMPT_LOGPROBS)
+    """vLLM's extension: per prompt token its log probability and rank, and the ``prompt_logprobs`` likeliest."""
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     n: int = Field(default=1, ge=1, le=1)
@@ -203,8 +243,8 @@ class ChatRequest(_Lenient):
         return bool(self.tools) and self.tool_choice != "none"
 
 
-def parse_request(raw: bytes) -> ChatRequest:
-    """Validate a request body; raise a 400 :class:`APIError` naming what is wrong."""
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object of Unicode text; a 400 :class:`APIError` otherwise."""
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -219,14 +259,37 @@ def parse_request(raw: bytes) -> ChatRequest:
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start : exc.end]
         raise APIError(400, f"the request body holds text that is not Unicode: {exc.reason} ({bad!a})") from None
+    return data
+
+
+def parse_request(raw: bytes) -> ChatRequest:
+    """Validate a request body; raise a 400 :class:`APIError` naming what is wrong."""
+    data = _json_object(raw)
     try:
         request = ChatRequest.model_validate(data)
     except ValidationError as exc:
         raise _invalid("request", exc) from None
     _check_tool_choice(request)
     _check_continuation(request)
+    if request.prompt_logprobs is not None and request.stream:
+        raise APIError(400, "prompt_logprobs is answered in a whole response: it needs stream false",
+                       param="prompt_logprobs")
     check_hint_sizes(request.hints())
     return request
+
+
+def parse_chain_request(raw: bytes) -> ChainRequest:
+    """Validate a ``verify_chain`` body; a 400 :class:`APIError` naming the field (``chain_too_long`` past
+    :data:`MAX_CHAIN_STEPS` steps, before the steps are even read)."""
+    data = _json_object(raw)
+    chain = data.get("chain")
+    if isinstance(chain, list) and len(chain) > MAX_CHAIN_STEPS:
+        raise APIError(400, f"the chain has {len(chain)} steps; at most {MAX_CHAIN_STEPS} are verified at once",
+                       code="chain_too_long", param="chain")
+    try:
+        return ChainRequest.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid("chain verification request", exc) from None
 
 
 def parse_hint_delivery(raw: bytes) -> HintDelivery:

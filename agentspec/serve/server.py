@@ -13,8 +13,6 @@ backend), it dies with that process (:mod:`agentspec.serve.lifeline`).
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import signal
 import socket
@@ -31,9 +29,8 @@ from agentspec.models.local import load_model, require
 from agentspec.models.registry import resolve
 from agentspec.serve.app import DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TOKENS, create_app
 from agentspec.serve.engine import DEFAULT_PREFIX_CACHE_BYTES, Engine, PrefixCache
-from agentspec.serve.lifeline import exit_with_parent
 
-__all__ = ["ServerThread", "load_engines", "serve_command"]
+__all__ = ["ServerThread", "load_engines", "serve_until_stopped"]
 
 
 def load_engines(specs: list[str], *, decoder: str = "greedy", sidecar: str | None = None,
@@ -88,26 +85,6 @@ def _base_url(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
 
 
-def serve_command(args: argparse.Namespace) -> dict[str, Any]:
-    """``agentspec serve``: serve until interrupted; return the counters as the final JSON line."""
-    exit_with_parent()  # before the slow part: loading the models
-    gigabytes = getattr(args, "prefix_cache_gb", None)
-    engines = load_engines(
-        args.model, decoder=getattr(args, "decoder", "greedy"), sidecar=getattr(args, "sidecar", None),
-        prefix_cache_bytes=int(gigabytes * 2**30) if gigabytes is not None else DEFAULT_PREFIX_CACHE_BYTES,
-    )
-    sock = _bind(args.host, args.port)
-    max_request_bytes = getattr(args, "max_request_bytes", None) or DEFAULT_MAX_REQUEST_BYTES
-    max_queued = getattr(args, "max_queued_requests", None) or DEFAULT_MAX_QUEUED_REQUESTS
-    server = _uvicorn_server(create_app(
-        engines, default_max_tokens=args.max_tokens, max_request_bytes=max_request_bytes,
-        max_queued_requests=max_queued,
-    ))
-
-    serve_until_stopped(server, sock, list(engines))
-    return {"event": "stopped", "stats": {name: dataclasses.asdict(e.stats) for name, e in engines.items()}}
-
-
 def serve_until_stopped(server: Any, sock: socket.socket, models: list[str]) -> None:
     """Run the uvicorn ``server`` on ``sock`` (announcing ``models`` with a ready line) until SIGINT/SIGTERM."""
 
@@ -129,7 +106,7 @@ def serve_until_stopped(server: Any, sock: socket.socket, models: list[str]) -> 
 
 
 def _ignore(signum: int, frame: Any) -> None:
-    """A signal handler that does nothing (see :func:`serve_command`)."""
+    """A signal handler that does nothing (see :func:`serve_until_stopped`)."""
 
 
 async def _announce(server: Any, sock: socket.socket, models: list[str]) -> None:

@@ -17,6 +17,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
@@ -247,9 +248,22 @@ def with_readers(used: Iterable[str], probes: Sequence[Probe]) -> list[Probe]:
     return [p for p in probes if p.key in needed]
 
 
-async def run_probes(probes: Sequence[Probe], context: Context, lookahead: Lookahead) -> dict[str, str]:
+@dataclass
+class ProbeRun:
+    """One prediction's look-ahead: at most ``cap`` calls (None: every probe); ``calls`` it asked for and whether
+    the cap left a runnable probe out (``capped``)."""
+
+    cap: int | None = None
+    calls: int = 0
+    capped: bool = False
+
+
+async def run_probes(probes: Sequence[Probe], context: Context, lookahead: Lookahead,
+                     budget: ProbeRun | None = None) -> dict[str, str]:
     """Each probe's observation at ``context`` (probe key -> content): one batch per level, a chained probe in
-    the batch after the probes it reads (a probe whose input is missing is not run)."""
+    the batch after the probes it reads (a probe whose input is missing is not run).  With ``budget``'s cap, the
+    probes run in the fit's order until the cap is spent (a chained probe whose input was left out cannot run)."""
+    budget = budget if budget is not None else ProbeRun()
     seen: dict[str, str] = {}
     waiting = list(probes)
     while waiting:
@@ -261,8 +275,12 @@ async def run_probes(probes: Sequence[Probe], context: Context, lookahead: Looka
         level = Context(context.text, context.history, {**context.lookahead, **seen}, context.typed)
         made = [(probe.key, probe.call(level)) for probe in ready_now]
         ready = [(key, call) for key, call in made if call is not None]
+        if budget.cap is not None and len(ready) > budget.cap - budget.calls:
+            budget.capped = True
+            ready = ready[: max(0, budget.cap - budget.calls)]
         if not ready:
             continue
         observations = await lookahead([call for _, call in ready])
+        budget.calls += len(ready)  # once they ran: a look-ahead refused (no fork) ran nothing
         seen.update({key: obs.content for (key, _), obs in zip(ready, observations, strict=True) if obs is not None})
     return seen

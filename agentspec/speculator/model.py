@@ -104,6 +104,9 @@ class SpeculatorModel(BaseModel):
     """The look-ahead calls worth running (their results are in a rule or a source)."""
     online: dict[str, dict[str, int]] = Field(default_factory=dict)
     """N-gram counts learned online from a run's finished tasks (:mod:`.online`); empty after a fit."""
+    lookahead_cap: int | None = Field(default=None, ge=0)
+    """At most this many look-ahead calls per prediction, the probes in this order (``--lookahead-cap``; None:
+    all of them).  Wherever the file is used: runs, mining, scoring (which may override it)."""
     _keys: dict[str, str] = PrivateAttr(default_factory=dict)
     _texts: dict[str, set[str]] = PrivateAttr(default_factory=dict)
 

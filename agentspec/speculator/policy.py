@@ -4,8 +4,9 @@
     decision = await speculator.decide(history)      # decision.call, then decision.alternatives
 
 With a :class:`~agentspec.speculator.lookahead.Lookahead` it first runs the fitted probes in a fork of the
-current state: live for a history of committed steps, a fork of the last draft's fork for a draft chain (the
-executor's :class:`~agentspec.runtime.policies.DraftedHistory` names it).  On a virtual clock (``charge_time``) each
+current state: live for a history of committed steps, a fork of the history's ``state`` where a
+:class:`~agentspec.runtime.policies.DraftedHistory` names one (the last draft's fork in a run, a sample's fork while
+mining).  ``lookahead_cap`` (default: the artifact's) bounds the look-ahead calls of one prediction.  On a virtual clock (``charge_time``) each
 prediction takes :data:`PREDICT_COST_S` there, so a run's timing includes what the speculator costs and two identical
 runs give identical timings (its measured time would differ from run to run).
 """
@@ -18,9 +19,9 @@ from dataclasses import dataclass, field
 import anyio
 
 from agentspec.errors import SnapshotError
-from agentspec.runtime.policies import Decision, History, committed_steps
-from agentspec.speculator.lookahead import Lookahead, run_probes
-from agentspec.speculator.model import SpeculatorModel
+from agentspec.runtime.policies import Decision, DraftedHistory, History, committed_steps
+from agentspec.speculator.lookahead import Lookahead, ProbeRun, run_probes
+from agentspec.speculator.model import Guess, SpeculatorModel
 from agentspec.speculator.sources import Context
 
 PREDICT_COST_S = 0.001
@@ -38,10 +39,41 @@ class LearnedSpeculator:
     width: int = 3
     charge_time: bool = False
     """Sleep :data:`PREDICT_COST_S` per prediction on the clock (a virtual clock would otherwise count it as free)."""
+    lookahead_cap: int | None = None
+    """At most this many look-ahead calls per prediction (None: the artifact's ``lookahead_cap``, else all)."""
     predict_s: list[float] = field(default_factory=list)
     """Every prediction's measured time (look-ahead calls not included)."""
+    lookahead_calls: int = 0
+    """Look-ahead calls its predictions ran."""
+    capped: int = 0
+    """Predictions whose look-ahead the cap cut short (probes left unrun)."""
+
+    def look_through(self, lookahead: Lookahead) -> None:
+        """Look ahead through ``lookahead`` from now on (a run's episode backend, a mining sample's fork)."""
+        self.lookahead = lookahead
+
+    @property
+    def cap(self) -> int | None:
+        """The look-ahead cap in force."""
+        return self.lookahead_cap if self.lookahead_cap is not None else self.model.lookahead_cap
 
     async def decide(self, history: History) -> Decision:
+        guesses = await self.guesses(history)
+        head = guesses[0].call if guesses else None
+        alternatives = tuple(g.call for g in guesses[1:] if g.call is not None)
+        return Decision(call=head, alternatives=alternatives)
+
+    async def guess(self, history: History) -> Decision | None:
+        """:meth:`decide`, or None where it abstains (no guess at all); ``Decision(call=None)`` is a predicted
+        end: "the task is over" (:class:`~agentspec.runtime.governor.SpeculatorPanel` asks the next speculator
+        only where this one abstains)."""
+        guesses = await self.guesses(history)
+        if not guesses:
+            return None
+        return Decision(call=guesses[0].call, alternatives=tuple(g.call for g in guesses[1:] if g.call is not None))
+
+    async def guesses(self, history: History) -> list[Guess]:
+        """Up to ``width`` ranked guesses after ``history`` (look-ahead first, where it has one)."""
         seen = await self._look(history)
         started = time.perf_counter()
         guesses = self.model.predict(self.text, history, seen, k=self.width)
@@ -49,9 +81,7 @@ class LearnedSpeculator:
         self.predict_s.append(spent)
         if self.charge_time:
             await anyio.sleep(PREDICT_COST_S)
-        head = guesses[0].call if guesses else None
-        alternatives = tuple(g.call for g in guesses[1:] if g.call is not None)
-        return Decision(call=head, alternatives=alternatives)
+        return guesses
 
     async def _look(self, history: History) -> dict[str, str] | None:
         """The probes' observations at ``history``'s state: live for a committed history, the last draft's fork
@@ -59,14 +89,18 @@ class LearnedSpeculator:
         if self.lookahead is None or not self.model.probes:
             return None
         look: Lookahead = self.lookahead
-        if committed_steps(history) != len(history):
-            state = getattr(history, "state", None)
+        state = history.state if isinstance(history, DraftedHistory) else None
+        if state is not None or committed_steps(history) != len(history):
             at = getattr(self.lookahead, "at", None)
             if state is None or at is None:
                 return None
             look = at(state)
         context = Context(self.text, history, {}, self.model.typed)
+        budget = ProbeRun(cap=self.cap)
         try:
-            return await run_probes(self.model.probes, context, look)
+            return await run_probes(self.model.probes, context, look, budget)
         except SnapshotError:
             return None  # the draft was committed or dropped meanwhile: guess from the history alone
+        finally:
+            self.lookahead_calls += budget.calls
+            self.capped += int(budget.capped)

@@ -89,6 +89,6 @@ def learned_speculator_for(path: str, text: str, *, latency: LatencyModel | None
             await anyio.sleep(max(latency.tool.seconds(call.name, rng) for call in calls))
 
     def hook(backend: SnapshotBackend) -> None:
-        speculator.lookahead = ForkLookahead(backend, charge)
+        speculator.look_through(ForkLookahead(backend, charge))
 
     return speculator, hook

@@ -7,7 +7,8 @@ when it is exact and every task-specific argument came from data flow.  Figures:
 
 ``exact_at_1``, ``exact_at_3``, ``name_at_1``, ``strict_at_1``; ``chain2`` (the guesses at ``t`` and ``t+1``
 both exact, over steps with a next one); ``coverage`` (steps with any guess); ``by_position`` (exact@1 per
-step index, ``10+`` pooled); ``predict_us_median`` (prediction alone); ``lookahead_calls_per_step``.
+step index, ``10+`` pooled); ``predict_us_median`` (prediction alone); ``lookahead_calls_per_step``;
+``lookahead_capped`` (the share of steps whose look-ahead the cap cut short, ``--lookahead-cap``).
 
 No scored task may be in the fit (:func:`check_disjoint`); cross-validation (:func:`cross_validate`) fits on
 the other folds only.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentspec.errors import ConfigError
-from agentspec.speculator.lookahead import ForkLookahead, run_probes
+from agentspec.speculator.lookahead import ForkLookahead, ProbeRun, run_probes
 from agentspec.speculator.model import SpeculatorModel
 from agentspec.speculator.online import OnlineLearner
 from agentspec.speculator.sources import Context
@@ -41,11 +42,13 @@ class StepScore:
     guessed: bool
     predict_s: float
     lookahead_calls: int
+    capped: bool = False
 
 
 async def score_task(bench: TrajectoryBench, task: Any, model: SpeculatorModel, *, lookahead: bool,
-                     learner: OnlineLearner | None = None) -> list[StepScore]:
-    """Every step of ``task``'s reference trajectory, scored; with a ``learner``, learned from once scored."""
+                     learner: OnlineLearner | None = None, cap: int | None = None) -> list[StepScore]:
+    """Every step of ``task``'s reference trajectory, scored; with a ``learner``, learned from once scored.
+    ``cap``: look-ahead calls per step (None: the model's ``lookahead_cap``)."""
     calls = gold_calls(bench, task)
     text = task_text(bench, task)
     steps: list[Step] = []
@@ -54,7 +57,9 @@ async def score_task(bench: TrajectoryBench, task: Any, model: SpeculatorModel, 
         look = ForkLookahead(backend)
         for position, call in enumerate(calls):
             before = look.calls
-            seen = await run_probes(model.probes, Context(text, steps, {}, model.typed), look) if lookahead else None
+            budget = ProbeRun(cap=cap if cap is not None else model.lookahead_cap)
+            context = Context(text, steps, {}, model.typed)
+            seen = await run_probes(model.probes, context, look, budget) if lookahead else None
             started = time.perf_counter()
             guesses = model.predict(text, steps, seen, k=3)
             spent = time.perf_counter() - started
@@ -63,7 +68,7 @@ async def score_task(bench: TrajectoryBench, task: Any, model: SpeculatorModel, 
             out.append(StepScore(task.id, position, exact1, any(g.call == call for g in guesses),
                                  head is not None and head.call is not None and head.call.name == call.name,
                                  exact1 and head is not None and head.strict, head is not None and head.call is not None,
-                                 spent, look.calls - before))
+                                 spent, look.calls - before, budget.capped))
             steps.append((call, await backend.execute(call)))
     if learner is not None:
         learner.learn(task.id, text, steps)
@@ -96,6 +101,7 @@ def summarise(scores: Sequence[StepScore]) -> dict[str, Any]:
         "by_position": {p: {"steps": len(positions[p]), "exact_at_1": _rate(positions[p])} for p in order},
         "predict_us_median": round(statistics.median(s.predict_s for s in scores) * 1e6, 1) if scores else 0.0,
         "lookahead_calls_per_step": round(sum(s.lookahead_calls for s in scores) / len(scores), 3) if scores else 0.0,
+        "lookahead_capped": _rate([s.capped for s in scores]),
     }
 
 
@@ -108,12 +114,13 @@ def check_disjoint(fitted: Sequence[str], scored: Sequence[str]) -> None:
 
 
 async def score_tasks(bench: TrajectoryBench, tasks: Sequence[Any], model: SpeculatorModel, *,
-                      lookahead: bool, learner: OnlineLearner | None = None) -> list[StepScore]:
+                      lookahead: bool, learner: OnlineLearner | None = None, cap: int | None = None) -> list[StepScore]:
     """Every task scored in order; with a ``learner`` (whose ``model`` is then the one used), each task is
     learned from after it is scored: prequential, as ``--learn-online`` does in a run."""
     out = []
     for task in tasks:
-        out += await score_task(bench, task, learner.model if learner else model, lookahead=lookahead, learner=learner)
+        out += await score_task(bench, task, learner.model if learner else model, lookahead=lookahead, learner=learner,
+                                cap=cap)
     return out
 
 
@@ -131,11 +138,11 @@ def folds_of(tasks: Sequence[Any], folds: int, seed: int) -> list[list[Any]]:
 
 
 async def cross_validate(bench: TrajectoryBench, tasks: Sequence[Any], folds: int, seed: int, fitter: Fitter, *,
-                         lookahead: bool) -> dict[str, Any]:
+                         lookahead: bool, cap: int | None = None) -> dict[str, Any]:
     """``folds``-fold cross-validation: each fold scored by a speculator fitted on the other folds."""
     scores: list[StepScore] = []
     for held_out in folds_of(tasks, folds, seed):
         held = {t.id for t in held_out}
         model = await fitter([t for t in tasks if t.id not in held])
-        scores += await score_tasks(bench, held_out, model, lookahead=lookahead)
+        scores += await score_tasks(bench, held_out, model, lookahead=lookahead, cap=cap)
     return {"folds": folds, **summarise(scores)}

@@ -347,6 +347,7 @@ class AppWorldBackend(AppWorldTools[str]):
     # --- evaluation ----------------------------------------------------------------------------
 
     async def evaluate(self) -> dict[str, Any]:
-        """AppWorld's evaluation of the live state: ``success``, ``num_tests``, ``passes``, ``failures``, ..."""
+        """AppWorld's evaluation of the live state: ``success``, ``num_tests``, ``passes``, ``failures``, ...,
+        and ``end_state``, the task output it read (:func:`envs.appworld.worker.end_state`)."""
         self._require_live()
         return (await self._request("evaluate"))["evaluation"]

@@ -40,12 +40,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel
 
-from agentspec import ModelClient
+from agentspec.bench.protocol import DONE, distractors, done_tool
 from agentspec.errors import ConfigError, DataError
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import (
@@ -59,14 +59,13 @@ from agentspec.types import (
 from envs.appworld.backend import AppWorldBackend, ToolCode
 from envs.appworld.effects import api_effect
 from envs.appworld.isolated import IsolatedAppWorldBackend
+from envs.appworld.official import write_outputs
 
 __all__ = ["AppWorldBench", "AppWorldData", "AppWorldScore", "AppWorldTask", "completion_rates"]
 
 SPLITS = ("train", "dev", "test_normal", "test_challenge")
 HOW_TO_GET = "get it with `appworld download data` on a machine with network, then pass --data-dir or $APPWORLD_ROOT"
-DONE_TOOL = ToolSpec(name="done", description="Finish: call it once the task is complete (after "
-                     "apis.supervisor.complete_task).", parameters={"type": "object", "properties": {}},
-                     effect=Effect.READ_ONLY)
+DONE_TOOL = done_tool("Finish: call it once the task is complete (after apis.supervisor.complete_task).")
 CODE_TOOL = "execute_code"
 EXECUTE_API = "execute_api"
 INSTRUCTIONS = (
@@ -318,6 +317,8 @@ class AppWorldScore(BaseModel):
     failed: list[str]
     difficulty: int | None = None
     termination: TerminationReason
+    end_state: dict[str, Any] | None = None
+    """The task output AppWorld scored (:class:`envs.appworld.official.EndState`), for ``appworld evaluate``."""
 
 
 async def _evaluate(live: SnapshotBackend) -> dict[str, Any]:
@@ -363,7 +364,6 @@ class AppWorldBench:
     """AppWorld tasks from the user's folder, played solo on AppWorld's engine (the ``Bench`` protocol)."""
 
     name = "appworld"
-    has_user = False
     default_split = "dev"
     in_process = False
 
@@ -463,25 +463,16 @@ class AppWorldBench:
             calls = [gold_call(request, self._routes) for request in task.api_calls or []]
             if self.actions == "meta":
                 calls = [_as_execute_api(call) for call in calls]
-        return [("assistant", call) for call in [*calls, ToolCall(name="done")]] if calls else []
+        return [("assistant", call) for call in [*calls, ToolCall(name=DONE)]] if calls else []
 
     def distractors(self) -> list[ToolCall]:
         """Every distinct gold call of the train and dev splits that are there (but ``done``), sorted."""
-        seen: dict[str, ToolCall] = {}
-        for split in ("train", "dev"):
-            if not (self.data.data / "datasets" / f"{split}.txt").is_file():
-                continue
-            for task in self.tasks(split):
-                for _, call in self.gold_actions(task):
-                    if call.name != DONE_TOOL.name:
-                        seen.setdefault(call.canonical(), call)
-        return [seen[key] for key in sorted(seen)]
+        splits = [split for split in ("train", "dev") if (self.data.data / "datasets" / f"{split}.txt").is_file()]
+        gold = (call for split in splits for task in self.tasks(split) for _, call in self.gold_actions(task))
+        return distractors(call for call in gold if call.name != DONE)
 
     def value_patterns(self) -> list[tuple[str, str, str | None]]:
         return [("access_token", r"[\w-]+\.[\w-]+\.[\w-]+", r"^access_token$"), ("email", r"[^@\s]+@[^@\s]+", r"email|username")]
-
-    def user(self, task: AppWorldTask, client: ModelClient | None) -> NoReturn:
-        raise ConfigError(f"{self.name} has no user simulator")
 
     # --- scoring --------------------------------------------------------------------------------------
 
@@ -500,4 +491,9 @@ class AppWorldBench:
             reward=1.0 if success else 0.0, success=success, scenario=task.scenario,
             num_tests=int(report.get("num_tests") or 0), passed=[p["requirement"] for p in report.get("passes", [])],
             failed=[f["requirement"] for f in report.get("failures", [])], difficulty=report.get("difficulty"),
-            termination=termination)
+            termination=termination, end_state=report.get("end_state"))
+
+    def write_outputs(self, out: Path, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Path]:
+        """AppWorld's experiment outputs of each mode under ``out/appworld`` (an AppWorld root over the user's data),
+        for ``appworld evaluate agentspec_MODE SPLIT --root out/appworld`` (:mod:`envs.appworld.official`)."""
+        return write_outputs(out / "appworld", self.data.data, records)

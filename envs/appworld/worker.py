@@ -44,6 +44,10 @@ from typing import Any, TextIO
 
 MAX_OUTPUT_CHARS = 1_000_000
 """An ``execute`` output is cut to this many characters (the model could not read more, the pipe need not carry it)."""
+END_STATE_PARTS = ("dbs", "logs", "version")
+"""The folders of a task's output that ``appworld evaluate`` and AppWorld's leaderboard bundle read."""
+MAX_END_STATE_CHARS = 8_000_000
+"""Past this many characters of end state, the logs are left out of it (the databases never are)."""
 
 
 @dataclass(frozen=True)
@@ -226,19 +230,57 @@ class Worker:
         return {}
 
     def op_evaluate(self) -> dict:
-        """AppWorld's own evaluation of the live state (its tests, as ``TestTracker.to_dict``)."""
+        """AppWorld's own evaluation of the live state (its tests, as ``TestTracker.to_dict``), with the task
+        output it scored as ``end_state`` (:func:`end_state`), so that ``appworld evaluate`` can score it again."""
         self._switch("live")
         # The evaluator reads the task's output databases as the last execute saved them, which may have been a
         # fork's: save live's now.
         self.world._save_state(self.world.output_db_home_path_on_disk)
         self.world.save_logs()
-        return {"evaluation": self.world.evaluate().to_dict()}
+        evaluation = self.world.evaluate().to_dict()
+        return {"evaluation": {**evaluation, "end_state": end_state(self.world)}}
 
     def op_close(self) -> dict:
         if self.world is not None:
             self.world.close()
             self.world = None
         return {}
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as file:
+        return file.read()
+
+
+def end_state(world: Any) -> dict:
+    """The task's output folder as AppWorld saved it (``dbs``, ``logs``, ``version``), compactly.
+
+    ``{"appended": {relpath: text}, "files": {relpath: text}, "omitted": [relpath]}``: a database change log
+    (``dbs/<app>.jsonl``) that starts with the task input's log of that app is kept as what follows it (the
+    episode's own changes; the input's log can be as large as the task's data); every other file whole.  The logs
+    (not needed to score) are omitted, and listed, once the whole would pass :data:`MAX_END_STATE_CHARS`.
+    """
+    from appworld.apps.model_lib import get_db_home_path
+
+    inputs = get_db_home_path(storage_type="disk", type="task_input", task_id=world.task_id)
+    state: dict = {"appended": {}, "files": {}, "omitted": []}
+    size = 0
+    for part in END_STATE_PARTS:
+        folder = os.path.join(world.output_directory, part)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            relpath, text = f"{part}/{name}", _read(os.path.join(folder, name))
+            given = os.path.join(inputs, name)
+            prefix = _read(given) if part == "dbs" and name.endswith(".jsonl") and os.path.isfile(given) else None
+            if prefix is not None and text.startswith(prefix):
+                kind, text = "appended", text[len(prefix):]
+            elif part == "logs" and size + len(text) > MAX_END_STATE_CHARS:
+                state["omitted"].append(relpath)
+                continue
+            else:
+                kind = "files"
+            state[kind][relpath] = text
+            size += len(text)
+    return state
 
 
 def serve(requests: TextIO, replies: TextIO) -> None:

@@ -15,22 +15,24 @@ drops the Python tool and runs everything in this process.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal, NoReturn, Self
+from typing import Any, Literal
 
 import anyio.to_thread
 from pydantic import BaseModel
 
-from agentspec import ModelClient, WithTools
-from agentspec.env import StateSnapshot
+from agentspec import WithTools
+from agentspec.bench.protocol import DONE, distractors, done_tool
+from agentspec.env import ToolkitEnvironment
 from agentspec.errors import ConfigError, SnapshotError
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
 from agentspec.tools import Toolkit, tool
-from agentspec.types import Effect, Observation, Requestor, Step, TerminationReason, ToolCall, ToolSpec
+from agentspec.types import Effect, Requestor, Step, TerminationReason, ToolCall, ToolSpec
 from envs.gaia.dataset import GaiaData, GaiaTask, read_answers, score
 from envs.gaia.files import read_file
 from envs.gaia.scorer import question_scorer
@@ -48,12 +50,7 @@ INSTRUCTIONS = (
     "thousands separators, no units unless asked), a few words (no articles, no abbreviations), or a comma "
     "separated list of such items."
 )
-DONE_TOOL = ToolSpec(
-    name="done",
-    description="Give the final answer and finish.",
-    parameters={"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
-    effect=Effect.READ_ONLY,
-)
+DONE_TOOL = done_tool("Give the final answer and finish.", answer=True, required=["answer"])
 
 
 class GaiaScore(BaseModel):
@@ -106,35 +103,10 @@ class GaiaTools(Toolkit):
         return self.web.fetch(url)
 
 
-class GaiaEnvironment:
-    """One question's tools as an :class:`agentspec.env.Environment`.  Nothing in it changes, so a fork shares it."""
-
-    solo = True
-
-    def __init__(self, tools: GaiaTools) -> None:
-        self.tools = tools
-
-    def tool_specs(self, requestor: Requestor = "assistant") -> list[ToolSpec]:
-        return self.tools.specs()
-
-    def effect(self, name: str) -> Effect:
-        return self.tools.effect(name) if self.tools.has_tool(name) else Effect.EXTERNAL
-
-    def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
-        return self.tools.run(call, requestor)
-
-    def snapshot(self) -> StateSnapshot:
-        return StateSnapshot(data=b"")
-
-    def restore(self, snapshot: StateSnapshot) -> Self:
-        return self  # read-only tools: every fork may share the one environment
-
-
 class GaiaBench:
     """GAIA questions from the user's folder, played solo (the :class:`agentspec.Bench` protocol)."""
 
     name = "gaia"
-    has_user = False
     default_split = "validation"
 
     def __init__(self, data: GaiaData, *, levels: Sequence[int] | None = None, search: str | None = None,
@@ -190,7 +162,7 @@ class GaiaBench:
         """The question's tools; with a sandbox, its folder (holding a copy of the attachment) is removed on exit."""
         tools = GaiaTools(task, self.web)
         if self.sandbox == "none":
-            yield InProcessBackend(GaiaEnvironment(tools))
+            yield InProcessBackend(ToolkitEnvironment(tools, shared=True))  # read-only tools: forks share them
             return
         folder = Path(await anyio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix=f"agentspec-gaia-{task.id}-")))
         try:
@@ -223,19 +195,11 @@ class GaiaBench:
 
     def distractors(self) -> list[ToolCall]:
         """Every distinct gold call of the folder's questions but the answers, plus a read of the attachment."""
-        seen: dict[str, ToolCall] = {"read_attachment": ToolCall(name="read_attachment")}
-        for split in self.data.splits():
-            for task in self.data.tasks(split):
-                for call in task.gold_calls:
-                    if call.name != DONE_TOOL.name:
-                        seen.setdefault(call.canonical(), call)
-        return [seen[key] for key in sorted(seen)]
+        gold = (call for split in self.data.splits() for task in self.data.tasks(split) for call in task.gold_calls)
+        return distractors((call for call in gold if call.name != DONE), checks=[ToolCall(name="read_attachment")])
 
     def value_patterns(self) -> list[tuple[str, str, str | None]]:
         return [("url", r"https?://\S+|corpus://\S+", r"^url$")]
-
-    def user(self, task: GaiaTask, client: ModelClient | None) -> NoReturn:
-        raise ConfigError(f"{self.name} has no user simulator")
 
     async def evaluate(self, task: GaiaTask, steps: Sequence[Step], termination: TerminationReason, *, solo: bool,
                        live: SnapshotBackend, final: dict[str, Any] | None = None) -> GaiaScore:
@@ -262,13 +226,24 @@ class GaiaBench:
 
     # --- submissions and ``agentspec score`` ---------------------------------------------
 
-    def submission(self, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def submission(self, records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """A run's episodes as leaderboard submission lines (``task_id``, ``model_answer``); no answer: ``""``."""
         lines = []
         for record in records:
             answer = (record.get("evaluation") or {}).get("answer")
             lines.append({"task_id": record["task_id"], "model_answer": "" if answer is None else answer})
         return lines
+
+    def write_outputs(self, out: Path, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Path]:
+        """The leaderboard's format (``agentspec.bench.protocol.OfficialOutputs``): ``submission-MODE.jsonl``
+        per mode, of each task's first trial."""
+        written = []
+        for mode, episodes in records.items():
+            lines = self.submission([r for r in episodes if r.get("trial", 0) == 0])
+            path = out / f"submission-{mode}.jsonl"
+            path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+            written.append(path)
+        return written
 
     def score_answers(self, path: str | Path, *, split: str) -> dict[str, Any]:
         """A submission file (``task_id``, ``model_answer`` per line) scored against the split's answers.

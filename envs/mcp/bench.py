@@ -22,25 +22,20 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentspec import ModelClient
+from agentspec.bench.protocol import DONE_WITH_ANSWER, distractors
 from agentspec.errors import ConfigError
 from agentspec.mcp import MCPSandboxToolkit, MCPServer, MCPToolkit, SandboxKind
 from agentspec.snapshot import SnapshotBackend
-from agentspec.types import Effect, Requestor, Step, TerminationReason, ToolCall, ToolSpec
+from agentspec.types import Requestor, Step, TerminationReason, ToolCall, ToolSpec
 
 __all__ = ["MCPBench", "MCPScore", "MCPTask"]
 
-DONE_TOOL = ToolSpec(
-    name="done",
-    description="Finish the task and give the final answer.",
-    parameters={"type": "object", "properties": {"answer": {"type": "string"}}, "required": []},
-    effect=Effect.READ_ONLY,
-)
+DONE_TOOL = DONE_WITH_ANSWER
 
 INSTRUCTIONS = (
     "You are an agent that completes the user's task by calling the tools of an MCP server, one call per turn. "
@@ -95,7 +90,6 @@ class MCPBench:
     """The ``mcp`` bench (see the module docstring)."""
 
     name = "mcp"
-    has_user = False
     default_split = "all"
     in_process = False
 
@@ -174,17 +168,10 @@ class MCPBench:
         return [("assistant", call) for call in task.gold]
 
     def distractors(self) -> list[ToolCall]:
-        seen: dict[str, ToolCall] = {}
-        for task in self._tasks.values():
-            for call in task.gold:
-                seen.setdefault(call.canonical(), call)
-        return [seen[key].model_copy(update={"id": f"distractor_{i}"}) for i, key in enumerate(sorted(seen))]
+        return distractors(call for task in self._tasks.values() for call in task.gold)
 
     def value_patterns(self) -> list[tuple[str, str, str | None]]:
         return []
-
-    def user(self, task: MCPTask, client: ModelClient | None) -> NoReturn:
-        raise ConfigError(f"{self.name} has no user simulator")
 
     # --- scoring ---------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ what the telecom tasks are.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ class TelecomBench:
     """The telecom domain of tau2 from one data folder (a tau2 domain for :mod:`agentspec.bench.tau2.harness`)."""
 
     name = "tau2-telecom"
+    tau2_domain = "telecom"
+    """The domain's name in tau2's own registry (its results files name it)."""
 
     def __init__(self, data: TelecomData) -> None:
         self.data = data
@@ -97,3 +100,16 @@ class TelecomBench:
     def criteria(self, task: Task) -> Any:
         """The task's evaluation criteria (assertions, gold actions, reward basis) for the tau2 evaluator."""
         return task.evaluation_criteria
+
+    def raw_tasks(self) -> dict[str, dict[str, Any]]:
+        """The tasks as the data's ``tasks.json`` has them, by id (what tau2's own results files carry)."""
+        return {task["id"]: task for task in json.loads(self.data.text("telecom/tasks.json"))}
+
+    def tasks_file(self) -> str:
+        return str(self.data.telecom / "tasks.json")
+
+    def official_policy(self, solo: bool) -> str:
+        """The agent policy as tau2's telecom environment composes it (the manual variant)."""
+        suffix = "_solo" if solo else ""
+        main, manual = self.data.text(f"telecom/main_policy{suffix}.md"), self.data.text("telecom/tech_support_manual.md")
+        return f"<main_policy>\n{main}\n</main_policy>\n<tech_support_policy>\n{manual}\n</tech_support_policy>"

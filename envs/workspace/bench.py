@@ -14,7 +14,8 @@ called ``done``, a score read back from the final files with read-only calls::
         score = await bench.evaluate(task, [], TerminationReason.AGENT_STOP, solo=True, live=live)
     assert score.reward == 1.0
 
-There is no user simulator: every episode is solo (``has_user = False``).
+There is no user simulator (the bench is no :class:`~agentspec.bench.protocol.UserSimulator`): every episode is
+solo.
 """
 
 from __future__ import annotations
@@ -25,27 +26,23 @@ import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel
 
-from agentspec import ModelClient
+from agentspec.bench.protocol import distractors, done_tool
 from agentspec.errors import ConfigError
 from agentspec.snapshot import SnapshotBackend
-from agentspec.types import Effect, Requestor, Step, TerminationReason, ToolCall, ToolSpec
+from agentspec.types import Requestor, Step, TerminationReason, ToolCall, ToolSpec
 from envs.workspace.demo_tasks import TASKS, FileCheck, WorkspaceTask
 from envs.workspace.environment import dev_image, open_workspace
 from envs.workspace.tools import WorkspaceTools
 
 __all__ = ["DONE_TOOL", "CheckResult", "FileCheck", "WorkspaceBench", "WorkspaceScore", "WorkspaceTask"]
 
-DONE_TOOL = ToolSpec(
-    name="done",
-    description="Finish the task: call it once the workspace is in the state the instruction asks for.",
-    parameters={"type": "object", "properties": {}, "required": []},
-    effect=Effect.READ_ONLY,
-)
+DONE_TOOL = done_tool("Finish the task: call it once the workspace is in the state the instruction asks for.",
+                      required=())
 
 INSTRUCTIONS = (
     "You are a software engineer working alone in a small workspace (paths are relative to its root). "
@@ -86,7 +83,6 @@ class WorkspaceBench:
     """The workspace-demo tasks over a workspace backend of one kind (see the module docstring)."""
 
     name = "workspace-demo"
-    has_user = False
     default_split = "all"
     in_process = False
 
@@ -160,21 +156,12 @@ class WorkspaceBench:
 
     def distractors(self) -> list[ToolCall]:
         """Every distinct gold call of every task plus two plain listings, sorted by canonical text."""
-        seen: dict[str, ToolCall] = {}
-        for task in TASKS:
-            for call in task.gold:
-                seen.setdefault(call.canonical(), call)
-        for extra in (ToolCall(name="list_files"), ToolCall(name="list_files", arguments={"recursive": True})):
-            seen.setdefault(extra.canonical(), extra)
-        return [seen[key].model_copy(update={"id": f"distractor_{i}"}) for i, key in enumerate(sorted(seen))]
+        listings = (ToolCall(name="list_files"), ToolCall(name="list_files", arguments={"recursive": True}))
+        return distractors([*(call for task in TASKS for call in task.gold), *listings])
 
     def value_patterns(self) -> list[tuple[str, str, str | None]]:
         """Workspace paths under ``path`` arguments (``config/app.ini``, ``logs/old``) are the one slot type."""
         return [("file_path", r"[\w.-]+(/[\w.-]+)*", r"^path$")]
-
-    def user(self, task: WorkspaceTask, client: ModelClient | None) -> NoReturn:
-        # NoReturn, not agentspec's User: there is none to build, and envs may not import the runtime.
-        raise ConfigError(f"{self.name} has no user simulator")
 
     # --- scoring ---------------------------------------------------------------------
 

@@ -138,14 +138,11 @@ def run_shell(command, timeout_s=30.0):
 
 
 def run_python(code, timeout_s=30.0):
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
-        fh.write(code)
-    try:
-        return _run([sys.executable, fh.name], timeout_s)
-    finally:
-        os.unlink(fh.name)
+    # `-c`, not a temporary file: a traceback then names "<string>", the same on every run, where a random file
+    # name made the next model request differ between runs (a recorded run could not be replayed).
+    if "\0" in code:
+        raise ValueError("the code contains a NUL byte")
+    return _run([sys.executable, "-c", code], timeout_s)
 
 
 OPS = {

@@ -1,4 +1,4 @@
-"""The tau2 evaluator: environment assertions on a replayed trajectory, action checks, pass^k.
+"""The tau2 evaluator: environment assertions on a replayed trajectory and action checks (pass^k: :func:`agentspec.results.pass_hat_k`).
 
 Reward is 0 unless the episode ended with an agent or user stop; otherwise
 it is the product over the task's ``reward_basis`` of
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from math import comb
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
@@ -146,14 +145,3 @@ def evaluate(
         actions=action_checks,
         note=note,
     )
-
-
-def pass_hat_k(successes_per_task: Sequence[tuple[int, int]]) -> dict[int, float]:
-    """pass^k for k = 1..min trials, from (trials, successes) per task: mean of C(c,k)/C(n,k)."""
-    if not successes_per_task:
-        return {}
-    max_k = min(n for n, _ in successes_per_task)
-    return {
-        k: sum(comb(c, k) / comb(n, k) for n, c in successes_per_task) / len(successes_per_task)
-        for k in range(1, max_k + 1)
-    }

@@ -11,14 +11,16 @@ loop (:meth:`Tau2Bench.run_episode`, tau2's orchestrator) that plain
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Generic, Protocol, runtime_checkable
 
 from agentspec.bench.episode import Episode
-from agentspec.bench.protocol import solo_calls
+from agentspec.bench.protocol import T, distractors, solo_calls
 from agentspec.bench.tau2.evaluator import Evaluation, evaluate
+from agentspec.bench.tau2.official import Tau2Source, write_results
 from agentspec.bench.tau2.orchestrator import (
     AGENT_STOP_TOKEN,
     DONE_TOOL,
@@ -35,34 +37,49 @@ from agentspec.snapshot import InProcessBackend, SnapshotBackend
 from agentspec.types import Message, Requestor, Step, TerminationReason, ToolCall, ToolSpec, Trajectory
 
 
-class Tau2Domain(Protocol):
-    """What a tau2 domain knows (see ``envs/tau2_telecom/bench.py``)."""
+class Tau2Domain(Protocol[T]):
+    """What a tau2 domain knows (see ``envs/tau2_telecom/bench.py``); ``T``: its task type."""
 
     name: str
 
-    def tasks(self, split: str = ..., task_ids: list[str] | None = ..., limit: int | None = ...) -> list[Any]: ...
+    def tasks(self, split: str = ..., task_ids: list[str] | None = ..., limit: int | None = ...) -> list[T]: ...
 
-    def task(self, task_id: str) -> Any: ...
+    def task(self, task_id: str) -> T: ...
 
-    def all_tasks(self) -> list[Any]: ...
+    def all_tasks(self) -> list[T]: ...
 
-    def environment(self, task: Any, *, solo: bool = ...) -> Any:
+    def environment(self, task: T, *, solo: bool = ...) -> Any:
         """A fresh, initialised :class:`agentspec.env.Environment` with ``sync()`` and ``run_function()``."""
         ...
 
-    def agent_prompt(self, task: Any, *, solo: bool) -> str: ...
+    def agent_prompt(self, task: T, *, solo: bool) -> str: ...
 
-    def user_prompt(self, task: Any) -> str: ...
+    def user_prompt(self, task: T) -> str: ...
 
-    def gold_actions(self, task: Any) -> list[tuple[Requestor, ToolCall]]: ...
+    def gold_actions(self, task: T) -> list[tuple[Requestor, ToolCall]]: ...
 
     def common_calls(self) -> list[ToolCall]: ...
 
     def value_patterns(self) -> list[tuple[str, str, str | None]]: ...
 
-    def criteria(self, task: Any) -> Any:
+    def criteria(self, task: T) -> Any:
         """``env_assertions``, ``actions`` (gold, with ``compare_args``) and ``reward_basis``."""
         ...
+
+
+@runtime_checkable
+class OfficialSource(Protocol):
+    """A domain that can give tau2's own results files what they carry: its tasks as its ``tasks.json`` has them
+    (by id), that file's path, and the agent policy as tau2 composes it for each play."""
+
+    tau2_domain: str
+    """The domain's name in tau2's own registry (``telecom``)."""
+
+    def raw_tasks(self) -> dict[str, dict[str, Any]]: ...
+
+    def tasks_file(self) -> str: ...
+
+    def official_policy(self, solo: bool) -> str: ...
 
 
 @dataclass
@@ -91,69 +108,75 @@ class PartyUser:
         return UserTurn("", messages, error=True)
 
 
-class Tau2Bench:
-    """A tau2 domain as an agentspec :class:`~agentspec.bench.protocol.Bench` (normal and solo mode)."""
+class Tau2Bench(Generic[T]):
+    """A tau2 domain as an agentspec :class:`~agentspec.bench.protocol.Bench` with a
+    :class:`~agentspec.bench.protocol.UserSimulator` (normal and solo mode)."""
 
-    has_user = True
     default_split = "base"
     in_process = True
 
-    def __init__(self, domain: Tau2Domain, *, max_steps: int = 200, max_errors: int = 10) -> None:
+    def __init__(self, domain: Tau2Domain[T], *, max_steps: int = 200, max_errors: int = 10) -> None:
         self.domain = domain
         self.name = domain.name
         self.max_steps, self.max_errors = max_steps, max_errors
 
     # --- the Bench protocol --------------------------------------------------------
 
-    def tasks(self, split: str = "base", task_ids: list[str] | None = None, limit: int | None = None) -> list[Any]:
+    def tasks(self, split: str = "base", task_ids: list[str] | None = None, limit: int | None = None) -> list[T]:
         return self.domain.tasks(split, task_ids, limit)
 
-    def task(self, task_id: str) -> Any:
+    def task(self, task_id: str) -> T:
         return self.domain.task(task_id)
 
-    def environment(self, task: Any, *, solo: bool = False) -> Any:
+    def environment(self, task: T, *, solo: bool = False) -> Any:
         return self.domain.environment(task, solo=solo)
 
     @asynccontextmanager
-    async def open_backend(self, task: Any, *, solo: bool) -> AsyncIterator[SnapshotBackend]:
+    async def open_backend(self, task: T, *, solo: bool) -> AsyncIterator[SnapshotBackend]:
         yield InProcessBackend(self.environment(task, solo=solo))
 
-    def tools(self, task: Any, *, solo: bool) -> list[ToolSpec]:
+    def tools(self, task: T, *, solo: bool) -> list[ToolSpec]:
         env = self.environment(task, solo=solo)
-        return env.tool_specs("assistant") + ([DONE_TOOL] if solo else [])
+        tools: list[ToolSpec] = env.tool_specs("assistant")
+        return tools + ([DONE_TOOL] if solo else [])
 
-    def system_prompt(self, task: Any, *, solo: bool) -> str:
+    def system_prompt(self, task: T, *, solo: bool) -> str:
         return self.domain.agent_prompt(task, solo=solo)
 
-    def gold_actions(self, task: Any) -> list[tuple[Requestor, ToolCall]]:
+    def gold_actions(self, task: T) -> list[tuple[Requestor, ToolCall]]:
         return self.domain.gold_actions(task)
 
-    def gold_calls(self, task: Any) -> list[ToolCall]:
+    def gold_calls(self, task: T) -> list[ToolCall]:
         """The gold calls as a solo agent makes them (all of them, in order)."""
         return solo_calls(self.gold_actions(task))
 
     def distractors(self) -> list[ToolCall]:
-        """Plausible calls for a noisy speculator to get wrong: every distinct gold call, plus common checks."""
-        seen: dict[str, ToolCall] = {}
-        for task in self.domain.all_tasks():
-            for _, call in self.domain.gold_actions(task):
-                seen.setdefault(call.canonical(), call)
-        for call in self.domain.common_calls():
-            seen.setdefault(call.name, call)  # keyed by name: the order (and so every seeded draw) of published runs
-        return [seen[key] for key in sorted(seen)]
+        """Every distinct gold call of the domain's tasks, after its common checks (:func:`distractors`)."""
+        gold = (call for task in self.domain.all_tasks() for _, call in self.domain.gold_actions(task))
+        return distractors(gold, checks=self.domain.common_calls())
 
     def value_patterns(self) -> list[tuple[str, str, str | None]]:
         return self.domain.value_patterns()
 
-    def user(self, task: Any, client: ModelClient | None) -> User:
+    def user(self, task: T, client: ModelClient | None) -> User:
         if client is None:
             return ScriptedUser(scripted_turns(self.gold_actions(task))[1], opening=GREETING)
         env = self.environment(task, solo=False)
         return PartyUser(LLMParty("user", client, self.domain.user_prompt(task), env.tool_specs("user")))
 
-    async def evaluate(self, task: Any, steps: Sequence[Step], termination: TerminationReason, *, solo: bool,
+    async def evaluate(self, task: T, steps: Sequence[Step], termination: TerminationReason, *, solo: bool,
                        live: SnapshotBackend | None = None, final: dict[str, Any] | None = None) -> Evaluation:
         return self.evaluate_trajectory(task, trajectory_of(task.id, steps, termination), solo=solo)
+
+    def write_outputs(self, out: Path, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Path]:
+        """tau2's own results files (:class:`~agentspec.bench.protocol.OfficialOutputs`) with this bench's step and
+        error limits: ``out/tau2/results.json`` when one mode ran, ``out/tau2/results-MODE.json`` per mode when
+        several did (:mod:`agentspec.bench.tau2.official`); none for a domain that cannot give its raw tasks."""
+        if not isinstance(self.domain, OfficialSource):
+            return []
+        source = Tau2Source(domain=self.domain.tau2_domain, raw_tasks=self.domain.raw_tasks(),
+                            tasks_file=self.domain.tasks_file(), policy=self.domain.official_policy)
+        return write_results(out, records, source=source, max_steps=self.max_steps, max_errors=self.max_errors)
 
     # --- tau2's own episode loop (plain runs, ``agentspec evaluate``) ------------------
 

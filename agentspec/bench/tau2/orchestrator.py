@@ -19,12 +19,13 @@ from __future__ import annotations
 import time
 from typing import Literal, Protocol
 
+from agentspec.bench.protocol import done_tool
 from agentspec.types import Message, Observation, Requestor, TerminationReason, ToolCall, ToolSpec, Trajectory
 
 GREETING = "Hi! How can I help you today?"
 USER_STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 AGENT_STOP_TOKEN = "###STOP###"
-DONE_TOOL = ToolSpec(name="done", description="Call this when the ticket is resolved or handed over.", effect="read_only")
+DONE_TOOL = done_tool("Call this when the ticket is resolved or handed over.")
 
 
 class Tau2Environment(Protocol):

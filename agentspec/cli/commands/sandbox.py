@@ -1,4 +1,6 @@
-"""``agentspec sandbox ...``: build base images, sweep leftovers (the parser is :mod:`agentspec.cli.sandbox`).
+"""``agentspec sandbox build|sweep``: build base images, sweep leftovers (the parser is :mod:`agentspec.cli.sandbox`).
+
+Docker is imported only when a command runs.
 
     agentspec sandbox build [NAME_OR_FILE ...] [--force]   # default: dev (envs/sandboxes/dev.toml)
     agentspec sandbox sweep [--all]                        # containers, images and scratch dirs of dead runs

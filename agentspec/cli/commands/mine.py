@@ -1,4 +1,5 @@
-"""``agentspec mine``: trajectories -> normalized skeletons -> labels -> filter -> a macro library.
+"""``agentspec mine``: trajectories -> normalized skeletons -> labels -> filter -> a macro library (the parser is
+:mod:`agentspec.cli.mine`; the steps are :mod:`agentspec.mining`'s).
 
     agentspec mine --bench tau2-telecom --split train --speculator-model noisy-oracle:0.8 \\
         --data-dir ../shared/data/tau2 --out macros/tau2-telecom.json
@@ -32,7 +33,7 @@ import anyio
 
 from agentspec.assembly import model_policy
 from agentspec.bench.registry import open_bench
-from agentspec.bench.roles import open_clients, plan_roles
+from agentspec.bench.roles import open_roles
 from agentspec.cli.flags import bench_options
 from agentspec.cli.mine import DEFAULT_TEMPERATURE
 from agentspec.errors import ConfigError
@@ -121,8 +122,8 @@ async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedT
                                              seed=args.seed * 1_000_003 + sample)
         else:
             # _check made sure a model was named; a local model name is served for the run.
-            spec = mine_spec(args)
-            client = (await open_clients(stack, spec, plan_roles(spec, {"speculator": None})))["speculator"]
+            roles = await stack.enter_async_context(open_roles(mine_spec(args), solo=True))
+            spec, client = roles.spec, roles.clients["speculator"]
 
             def speculator(trajectory: MinedTrajectory, sample: int) -> Policy:
                 task = bench.task(trajectory.task_id)
@@ -135,9 +136,10 @@ async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedT
 
 
 def mine_spec(args: argparse.Namespace) -> RunSpec:
-    """The labelling run as a :class:`RunSpec`: the speculator's model, sampled at the mining temperature."""
+    """The labelling run as a :class:`RunSpec`: the speculator's model (a speculating mode: the one role it
+    opens), sampled at the mining temperature."""
     temperature = DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
-    return RunSpec.of(bench=args.bench, data_dir=args.data_dir, split=args.split, solo=True, agent="oracle",
+    return RunSpec.of(bench=args.bench, data_dir=args.data_dir, split=args.split, solo=True, agent="oracle", modes="sa",
                       speculator_model=args.speculator_model, speculator_base_url=args.speculator_base_url,
                       temperature=temperature, seed=args.seed)
 

@@ -1,0 +1,113 @@
+"""``agentspec evaluate``: score a given sequence of tool calls with the bench's own reference loop (the parser is
+:mod:`agentspec.cli.evaluate`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import anyio
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from agentspec.bench.episode import Episode
+from agentspec.bench.registry import open_bench
+from agentspec.errors import ConfigError
+from agentspec.types import Requestor, ToolCall
+from agentspec.user_files import read_user_file
+
+
+class ActionSpec(BaseModel):
+    """One call in an ``--actions`` file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requestor: Literal["assistant", "user"]
+    name: str
+    arguments: dict[str, Any] = {}
+
+
+class BatchRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    actions: list[ActionSpec]
+    end: Literal["agent", "user"] = "agent"
+
+
+_ACTIONS = TypeAdapter(list[ActionSpec])
+
+
+def _read_actions(path: str) -> list[ActionSpec]:
+    text = read_user_file(path, "actions file")
+    try:
+        return _ACTIONS.validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "top level"
+        raise ConfigError(f"{path} is not a valid actions file: at {where}: {first['msg']}") from exc
+
+
+def _read_batch(path: str) -> list[BatchRecord]:
+    lines = read_user_file(path, "batch file").splitlines()
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(BatchRecord.model_validate_json(line))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ConfigError(f"{path} line {number}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+    return records
+
+
+async def _evaluate_one(bench: ScriptedEpisodes, task_id: str, actions: list[ActionSpec], end: str) -> dict[str, Any]:
+    task = bench.task(task_id)
+    calls = [(a.requestor, ToolCall(name=a.name, arguments=a.arguments)) for a in actions]
+    agent, user = bench.scripted(calls, end="assistant" if end == "agent" else "user", solo=False)
+    episode = await bench.run_episode(task, agent, user, env=bench.environment(task, solo=False))
+    evaluation = episode.evaluation.model_dump(mode="json") if episode.evaluation else {}
+    return {
+        "task_id": task_id,
+        "reward": episode.reward,
+        "termination": episode.record()["termination"],
+        "steps": episode.trajectory.steps,
+        "num_errors": episode.trajectory.num_errors,
+        "env_assertions": evaluation.get("env_assertions", []),
+        "actions": evaluation.get("actions", []),
+        "error": episode.error,
+    }
+
+
+@runtime_checkable
+class ScriptedEpisodes(Protocol):
+    """A bench that plays a given list of calls through its own reference loop and scores it (tau2's
+    orchestrator and evaluator): what ``agentspec evaluate`` needs."""
+
+    def task(self, task_id: str) -> Any: ...
+
+    def scripted(self, calls: Sequence[tuple[Requestor, ToolCall]], *, end: Requestor = ..., solo: bool = ...) -> Any: ...
+
+    def environment(self, task: Any, *, solo: bool = ...) -> Any: ...
+
+    async def run_episode(self, task: Any, agent: Any, user: Any, *, env: Any, trial: int = ...) -> Episode: ...
+
+
+def evaluate_command(args: argparse.Namespace) -> dict[str, Any] | None:
+    bench = open_bench(args.bench, args.data_dir)
+    if not isinstance(bench, ScriptedEpisodes):
+        raise ConfigError(f"agentspec evaluate scores tau2 benches; {args.bench} is scored by its runs (agentspec run)")
+    if args.batch:
+        records = _read_batch(args.batch)
+        for record in records:
+            bench.task(record.task_id)  # fail on an unknown id before printing anything
+        for record in records:
+            print(json.dumps(anyio.run(_evaluate_one, bench, record.task_id, record.actions, record.end)), flush=True)
+        return None
+    if not args.task_id or not args.actions:
+        raise ConfigError("evaluate needs --task-id and --actions (or --batch FILE.jsonl)")
+    actions = _read_actions(args.actions)
+    bench.task(args.task_id)
+    return anyio.run(_evaluate_one, bench, args.task_id, actions, args.end)

@@ -1,0 +1,81 @@
+"""``agentspec speculator fit|score``: a learned speculator, fitted on trajectories and scored on held-out tasks
+(the parser is :mod:`agentspec.cli.speculator`; the fit is :func:`agentspec.speculator.command.fit_bench`).
+
+    agentspec speculator fit --bench B --split train [--runs DIR ...] [--data-dir D] --out F.json
+    agentspec speculator score --bench B --split S --speculator F [--lookahead] [--data-dir D]
+    agentspec speculator score --bench B --split train --folds 5 [--lookahead]
+
+Each prints one JSON object as its last stdout line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agentspec.bench.registry import open_bench
+from agentspec.errors import ConfigError
+from agentspec.speculator.artifact import load
+from agentspec.speculator.command import fit_bench
+from agentspec.speculator.model import SpeculatorModel
+from agentspec.speculator.online import OnlineLearner
+from agentspec.speculator.score import check_disjoint, cross_validate, score_tasks, summarise
+
+
+def _bench(args: argparse.Namespace) -> Any:
+    return open_bench(args.bench, args.data_dir)
+
+
+def fit_command(args: argparse.Namespace) -> dict[str, Any]:
+    """``speculator fit``: fit and write the artifact."""
+    out = Path(args.out)
+    if out.is_dir():
+        raise ConfigError(f"--out {args.out} is a folder: give the speculator's file name, e.g. {out / 'spec.json'}")
+    if args.no_gold and not args.runs:
+        raise ConfigError("--no-gold leaves nothing to fit on: give --runs DIR")
+    bench = _bench(args)
+    tasks = bench.tasks(args.split)
+    started = time.perf_counter()
+    artifact = anyio.run(lambda: fit_bench(bench, tasks, runs=args.runs, gold=not args.no_gold,
+                                           min_reward=args.min_reward, seed=args.seed, split=args.split))
+    fit_s = time.perf_counter() - started
+    cap = getattr(args, "lookahead_cap", None)
+    artifact.model.lookahead_cap = cap  # where it fits: every use of the file (runs, mining, scoring) obeys it
+    artifact.save(out)
+    model = artifact.model
+    return {"speculator": str(out), "bench": args.bench, "split": args.split,
+            "trajectories": artifact.fitted_on.trajectories, "calls": artifact.fitted_on.calls,
+            "rules": len(model.rules), "lookahead_rules": len(model.lookahead_rules), "probes": len(model.probes),
+            "lookahead_cap": cap, "fit_s": round(fit_s, 3)}
+
+
+def score_command(args: argparse.Namespace) -> dict[str, Any]:
+    """``speculator score``: hit rates of a fitted speculator on a split (or ``--folds`` cross-validation)."""
+    if (args.speculator is None) == (args.folds is None):
+        raise ConfigError("score needs --speculator FILE, or --folds K to cross-validate on the split itself")
+    if args.learn_online and args.folds is not None:
+        raise ConfigError("--learn-online scores with a --speculator FILE, not --folds")
+    artifact = load(args.speculator) if args.speculator else None
+    bench = _bench(args)
+    tasks = bench.tasks(args.split, limit=args.limit)
+    cap = getattr(args, "lookahead_cap", None)
+    if cap is None and artifact is not None:
+        cap = artifact.model.lookahead_cap
+    head = {"bench": args.bench, "split": args.split, "lookahead": bool(args.lookahead), "lookahead_cap": cap}
+    if artifact is None:
+        async def fitter(train: Sequence[Any]) -> SpeculatorModel:
+            return (await fit_bench(bench, train, seed=args.seed, split=args.split)).model
+
+        figures = anyio.run(lambda: cross_validate(bench, tasks, args.folds, args.seed, fitter, lookahead=args.lookahead,
+                                                   cap=cap))
+        return {**head, "speculator": f"{args.folds}-fold cross-validation", **figures}
+    check_disjoint(artifact.fitted_on.task_ids, [t.id for t in tasks])
+    learner = OnlineLearner(artifact) if args.learn_online else None
+    scores = anyio.run(lambda: score_tasks(bench, tasks, artifact.model, lookahead=args.lookahead, learner=learner,
+                                           cap=cap))
+    return {**head, "speculator": str(args.speculator), "learn_online": bool(args.learn_online), **summarise(scores)}

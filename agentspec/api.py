@@ -45,7 +45,7 @@ from typing import Any, Self
 
 import anyio
 
-from agentspec import assembly
+from agentspec import pipeline
 from agentspec.assembly import Parts, build_loop
 from agentspec.bench.protocol import DONE_WITH_ANSWER, Bench
 from agentspec.env import Environment, StateSnapshot, ToolkitEnvironment
@@ -54,6 +54,7 @@ from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.results import Results
 from agentspec.run_spec import RunSpec, learned_speculator
+from agentspec.runtime.config import MacroCommit, SporkConfig
 from agentspec.runtime.executor import CommittedStep, ExecutionResult
 from agentspec.runtime.governor import Governor, SpeculatorPanel
 from agentspec.runtime.latency import LatencyModel
@@ -63,11 +64,10 @@ from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleA
 from agentspec.runtime.probe import FENCED_OPENING, LLMProber
 from agentspec.runtime.runlog import RunLog, TaskLog, locked_out
 from agentspec.runtime.simulated import Role, SimulatedLatency
-from agentspec.runtime.spork import SporkConfig
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
 from agentspec.speculator.runs import learned_speculator_for, model_at
 from agentspec.tools import Toolkit, render_result, spec_from_function
-from agentspec.types import Effect, Observation, Requestor, Step, TerminationReason, ToolCall, ToolSpec
+from agentspec.types import Effect, Observation, Requestor, TerminationReason, ToolCall, ToolSpec
 
 DEFAULT_PROMPT = (
     "You are an agent that completes the user's task by calling tools, one call per turn. "
@@ -148,11 +148,7 @@ def task_key(task: str) -> str:
 
 def _logged_result(logged: TaskLog) -> RunResult:
     """A finished task's result, read back from the run log."""
-    steps = [
-        Step(index=i, call=ToolCall.model_validate(r["call"]), observation=Observation.model_validate(r["observation"]),
-             source=r["source"], effect_id=r["effect_id"])
-        for i, r in enumerate(logged.steps)
-    ]  # fmt: skip
+    steps = logged.committed()
     record = logged.result or {}
     try:
         termination = TerminationReason(record.get("termination", TerminationReason.AGENT_STOP.value))
@@ -174,7 +170,9 @@ class Executor:
     of them, asked in turn where the ones before abstain.  ``spec_width``: guesses executed per chain position, each
     in its own fork (the head guess and the next ``spec_width - 1`` ranked alternatives).  ``governor``: measure each
     speculator's cost to the authority and its saving across this executor's tasks, and pause one that costs more
-    than it saves (:attr:`RunResult.governor` says so).
+    than it saves (:attr:`RunResult.governor` says so).  ``l_min``, ``macro_commit``: SMC's smallest macro commit
+    (in skipped decisions) and whether the authority verifies a fired macro's chain (``verified``) or not
+    (``trusted``), as ``--l-min`` and ``--macro-commit``; checked by the same rules as :class:`RunSpec`.
 
     ``log``: a run-log file that makes runs exactly-once across crashes (see :meth:`run`).  The live state is
     checkpointed after every commit as data: the environment's JSON state where it implements
@@ -198,6 +196,8 @@ class Executor:
         probe_opening: str = FENCED_OPENING,
         spec_width: int = 1,
         governor: bool = True,
+        l_min: int = 1,
+        macro_commit: MacroCommit = "verified",
     ) -> None:
         self.backend = as_backend(env)
         self.authority, self.speculator = authority, speculator
@@ -206,7 +206,7 @@ class Executor:
         if self.mode.speculates and not self.speculators:
             raise ConfigError(f"mode {self.mode.name} needs a speculator")
         self.spec = RunSpec.of(modes=[self.mode], depth=depth, max_calls=max_calls, latency_model=latency,
-                               spec_width=spec_width, governor=governor)
+                               spec_width=spec_width, governor=governor, l_min=l_min, macro_commit=macro_commit)
         self.names = _speculator_names(self.speculators)
         # One governor for every task of this executor: its evidence accumulates across them, as over a CLI mode.
         self.governor = Governor(self.names) if governor and self.mode.speculates and self.speculators else None
@@ -291,11 +291,11 @@ class Executor:
 
 
 def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Results:
-    """Run ``spec`` (every mode over the same tasks, see :func:`agentspec.assembly.run`) and return its
+    """Run ``spec`` (every mode over the same tasks, see :func:`agentspec.pipeline.run`) and return its
     :class:`~agentspec.results.Results`; with ``spec.out``, also written there (``results.json`` and the bench's
     own formats), as ``agentspec run --out`` writes them.  ``bench``: your own
     :class:`~agentspec.bench.protocol.Bench` object; by default the one registered as ``spec.bench``."""
-    outcome = assembly.run(spec, bench)
+    outcome = pipeline.run(spec, bench)
     results = outcome.results()
     if spec.out:
         with locked_out(spec.out):  # the run held the folder; so does its last file

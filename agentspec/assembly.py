@@ -2,7 +2,7 @@
 
     spec = RunSpec.of(bench="tau2-telecom", split="small", agent="oracle", modes="sequential,sa",
                       speculator_model="noisy-oracle:0.8", latency_model="smc-paper")
-    outcome = run(spec)                       # every mode over the same tasks, side by side
+    outcome = agentspec.pipeline.run(spec)    # every mode over the same tasks, side by side
     outcome.modes["sa"].episodes[0].reward
 
 Layers, each usable alone:
@@ -11,35 +11,28 @@ Layers, each usable alone:
   the parts (backend, policies, prober, user): the only place an executor is constructed;
 * :func:`episode_parts` chooses the parts from the spec and the bench (oracle or model authority, noisy or
   model speculator, simulated latency, SPORK's prober, normal mode's user);
-* :func:`run_episode` plays and scores one task; :func:`run_mode` runs every task in one mode with a run log;
-  :func:`run_modes` opens the role clients once and runs each mode; :func:`run` does it all on the right clock.
+* :func:`run_episode` plays and scores one task.
 
-A bench only describes its domain (:class:`~agentspec.bench.protocol.Bench`); nothing here knows one bench
-from another.
+Above it, :mod:`agentspec.batch` runs one mode's tasks as a batch (run log, resume, clock, cassette; in this
+process or on a Ray cluster), and :mod:`agentspec.pipeline` runs every mode of a spec and returns its
+:class:`Outcome`.  A bench only describes its domain (:class:`~agentspec.bench.protocol.Bench`); nothing here
+knows one bench from another.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import anyio
 
 from agentspec.bench.episode import Episode, LoggedEpisode
 from agentspec.bench.protocol import Bench, ModeFigures, has_user, solo_calls, user_of
-from agentspec.bench.registry import BENCHES, open_bench, shipped_macros
+from agentspec.bench.registry import BENCHES, shipped_macros
 from agentspec.bench.registry import bench_data as registry_bench_data
-from agentspec.bench.roles import open_roles
-from agentspec.bench.runner import run_jobs
-from agentspec.data import sha256_file, unverified_data
 from agentspec.errors import AgentSpecError, ConfigError
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
-from agentspec.models.cassette import FILE as CASSETTE_FILE
 from agentspec.models.cassette import ReplayMiss
 from agentspec.results import Results, summarize
 from agentspec.run_spec import RunSpec, learned_speculator
@@ -52,20 +45,16 @@ from agentspec.runtime.modes import Mode
 from agentspec.runtime.policies import DONE, LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
 from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, LLMProber, Prober, SimulatedProber
 from agentspec.runtime.real_time import real_time_backend
-from agentspec.runtime.runlog import RunLog, TaskLog, data_digest, locked_out
+from agentspec.runtime.runlog import RunLog, TaskLog
 from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
 from agentspec.runtime.spork import SporkConfig
 from agentspec.snapshot import SnapshotBackend
 from agentspec.speculator.artifact import load as load_speculator
 from agentspec.speculator.online import OnlineLearner
-from agentspec.speculator.policy import LearnedSpeculator
 from agentspec.speculator.runs import episode_speculator, fitted_for
 from agentspec.speculator.trajectories import task_text
 from agentspec.trajectories import trajectory_from_messages
 from agentspec.types import TerminationReason, ToolCall, Trajectory
-
-Job = tuple[Any, int]
-"""A task and its trial number."""
 
 
 @dataclass
@@ -148,20 +137,16 @@ def _speedups(summaries: dict[str, dict[str, Any]]) -> dict[str, float | None] |
 
 
 def executor_config(spec: RunSpec, mode: Mode) -> ExecutorConfig:
-    return ExecutorConfig(mode=mode.base, depth=spec.depth, l_min=spec.l_min, seed=spec.seed, max_calls=spec.call_limit,
-                          max_errors=spec.max_errors, verify_macros=spec.verify_macros,
-                          speculate_first=spec.record is not None, draft_first=spec.draft_first,
-                          spec_width=spec.spec_width, macro_commit=spec.macro_commit)
-
-
-def spork_config(spec: RunSpec) -> SporkConfig:
-    return SporkConfig(gate=spec.spork.gate, probe_every=spec.spork.probe_every, cost_model=spec.spork.cost_model)
+    """One task's executor config in ``mode``: the spec's own executor settings (a RunSpec is a
+    :class:`~agentspec.runtime.config.LoopSettings`, validated by the same rules), its mode and call limit."""
+    return ExecutorConfig.of(spec, mode=mode.base, max_calls=spec.call_limit, speculate_first=spec.record is not None)
 
 
 def build_loop(spec: RunSpec, mode: Mode, backend: SnapshotBackend, parts: Parts, *, macros: MacroLibrary | None = None,
                log: RunLog | None = None, task_id: str = "task", spork: SporkConfig | None = None) -> ExecutionLoop:
     """The executor for one task in ``mode`` (tools timed by the spec's latency model, if any); ``spork``
-    overrides the SPORK settings the spec gives (the Python API passes a whole :class:`SporkConfig`)."""
+    overrides the spec's SPORK settings (``spec.spork``, itself a :class:`SporkConfig`; the Python API passes its
+    own)."""
     if mode.spork and parts.prober is None:
         raise ConfigError(f"mode {mode.name} needs a prober (the authority must be a model endpoint or the oracle)")
     for hook in parts.on_backend:
@@ -169,7 +154,7 @@ def build_loop(spec: RunSpec, mode: Mode, backend: SnapshotBackend, parts: Parts
     return ExecutionLoop(backend, parts.authority, parts.speculator if mode.speculates else None,
                          config=executor_config(spec, mode), macros=macros if mode.base == "smc" else None,
                          latency=spec.latency, log=log, task_id=task_id, prober=parts.prober if mode.spork else None,
-                         spork=spork or spork_config(spec), user=parts.user,
+                         spork=spork or spec.spork, user=parts.user,
                          governor=parts.governor if mode.speculates else None)
 
 
@@ -340,112 +325,6 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
     return Episode(task.id, trial, trajectory, evaluation, timings, error, execution)
 
 
-# --- the run log ------------------------------------------------------------------------------
-
-
-def log_path(spec: RunSpec, mode: Mode) -> Path | None:
-    """``mode``'s run log: ``<out>/run-<mode>.log.jsonl`` (None without ``out``)."""
-    return Path(spec.out) / f"run-{mode.name}.log.jsonl" if spec.out else None
-
-
-def log_config(spec: RunSpec, mode: Mode) -> dict[str, Any]:
-    """What ``mode``'s run log records as its configuration (:meth:`RunSpec.result_settings`), with the files the
-    settings name taken by content: the macro library smc runs, the recording a replay answers from."""
-    settings = spec.result_settings(mode)
-    if "macros" in settings:
-        path = macros_path(spec)
-        settings["macros"] = sha256_file(Path(path)) if path and Path(path).is_file() else path
-    if spec.replay:
-        recording = Path(spec.replay) / CASSETTE_FILE
-        settings["replay"] = sha256_file(recording) if recording.is_file() else None
-    return settings
-
-
-def prior_log(spec: RunSpec, mode: Mode, jobs: Sequence[Job]) -> dict[str, TaskLog]:
-    """What ``mode``'s run log holds for this run: with ``resume``, its tasks, once the log is checked (signed
-    records, this run's settings, each finished task's data unchanged); else nothing, and an earlier run's log is
-    refused unless ``overwrite`` discards it."""
-    path = log_path(spec, mode)
-    if path is None or not path.is_file():
-        return {}
-    if not spec.resume:
-        if spec.overwrite or path.stat().st_size == 0:
-            return {}
-        raise ConfigError(f"{path} holds an earlier run's log: pass --resume to continue it, or --overwrite to "
-                          "discard it and start afresh")
-    logged = RunLog.read(path, log_config(spec, mode))
-    changed = sorted({task.id for task, trial in jobs
-                      if (done := logged.get(f"{task.id}#{trial}")) is not None and done.data is not None
-                      and done.data != data_digest(task)})
-    if changed:
-        raise ConfigError(f"{path}: the data of task {changed[0]!r}{f' and {len(changed) - 1} more' if len(changed) > 1 else ''} "
-                          "changed since its result was logged; refusing to resume (pass --overwrite to start afresh)")
-    return logged
-
-
-async def run_mode(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Sequence[Job], clients: dict[str, ModelClient],
-                   macros: MacroLibrary | None = None, governor: Governor | None = None,
-                   learner: OnlineLearner | None = None) -> list[Episode | LoggedEpisode]:
-    """Every job in ``mode``; with ``spec.out``, logged to ``run-<mode>.log.jsonl`` (``resume`` continues it,
-    ``overwrite`` replaces it; see :func:`prior_log`)."""
-    if spec.cluster is not None:  # each episode a Ray task (the ray extra): imported only when a run names a cluster
-        from agentspec.cluster import Playbook, run_mode_on_ray
-
-        solo = is_solo(spec, bench)
-        playbook = Playbook(solo, episode_parts, run_episode, log_config, prior_log)
-        return await run_mode_on_ray(spec, mode, bench, jobs, playbook, macros)
-    path = log_path(spec, mode)
-    previous = prior_log(spec, mode, jobs)
-    if path is not None and not spec.resume:
-        path.unlink(missing_ok=True)  # an earlier run's log, which prior_log let through: overwrite, or empty
-    log = RunLog(path, log_config(spec, mode)) if path is not None else None
-    solo = is_solo(spec, bench)
-    distractors = bench.distractors() if spec.agent == "oracle" else []  # every task's gold calls: read once
-
-    async def one(job: Job) -> Episode | LoggedEpisode:
-        task, trial = job
-        logged = previous.get(f"{task.id}#{trial}")
-        if logged is not None and logged.result is not None:
-            stored = logged.result
-            return LoggedEpisode(task.id, stored["reward"], stored.get("error"), stored)
-        parts = episode_parts(spec, mode, bench, task, clients, solo=solo, distractors=distractors)
-        if learner is not None and isinstance(parts.speculator, LearnedSpeculator):
-            parts.speculator.model = learner.model  # this run's tables, updated as its tasks finish
-        parts = govern(spec, mode, bench, task, clients, parts, governor, solo=solo, distractors=distractors)
-        episode = await run_episode(spec, mode, bench, task, parts, trial=trial, macros=macros, log=log, resumed=logged)
-        if learner is not None:
-            learn_from(learner, bench, task, episode)
-        if log is not None:
-            log.finish(f"{task.id}#{trial}", episode.record(), data_digest(task))
-        return episode
-
-    try:
-        return await run_jobs(jobs, one, concurrency=spec.concurrency, progress=spec.progress, label=mode.name)  # type: ignore[return-value]
-    finally:
-        if log is not None:
-            log.close()
-
-
-async def run_modes(spec: RunSpec, bench: Bench[Any], jobs: Sequence[Job], macros: MacroLibrary | None) -> dict[str, ModeResult]:
-    """Open the role clients once, then run each mode of the spec over the same jobs."""
-    async with open_roles(spec, solo=is_solo(spec, bench)) as roles:
-        spec, clients = roles.spec, roles.clients
-        results: dict[str, ModeResult] = {}
-        learner = None
-        for mode in spec.modes:
-            started = time.perf_counter()
-            governor = mode_governor(spec, mode)
-            # Each speculating mode learns from the file afresh: a mode never sees what another learned.
-            learner = online_learner(spec) if mode.speculates else learner
-            episodes = await run_mode(spec, mode, bench, jobs, clients, macros, governor,
-                                      learner if mode.speculates else None)
-            results[mode.name] = ModeResult(episodes, time.perf_counter() - started,
-                                            governor.report() if governor is not None else None)
-        if learner is not None and spec.save_speculator:
-            learner.artifact().save(spec.save_speculator)
-        return results
-
-
 def online_learner(spec: RunSpec) -> OnlineLearner | None:
     """The run's learner of ``--learn-online`` (on its own copy of the speculator file's tables), else None."""
     if not spec.learn_online or not spec.learned_path:
@@ -503,40 +382,6 @@ def check_held_out(spec: RunSpec, bench: Bench[Any], tasks: Sequence[Any]) -> No
             raise ConfigError(f"{len(seen)} of the run's {len(ids)} tasks are in the fit of speculator {path} "
                               "(fitted_on.task_ids): run held-out tasks (plain `learned` fits on the train split, so "
                               "it cannot run with --split train)")
-
-
-def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Outcome:
-    """Run the spec: every mode over the same tasks and trials, on trio's virtual clock when every model is
-    simulated, a latency model times them and the bench runs in process, else on the wall clock.
-
-    ``bench``: your own :class:`~agentspec.bench.protocol.Bench` object; by default the one registered as
-    ``spec.bench``."""
-    if bench is None:
-        if spec.bench is None:
-            raise ConfigError("a run needs a bench (--bench)")
-        with unverified_data(spec.unverified_data):
-            bench = open_bench(spec.bench, spec.data_dir, backend=spec.backend, max_steps=spec.max_steps,
-                               max_errors=spec.max_errors, options=spec.bench_options)
-    if not spec.solo and not has_user(bench) and spec.agent == "llm" and spec.user_model:
-        raise ConfigError(f"{bench.name} has no user simulator: drop --user-model")
-    tasks = select_tasks(spec, bench)
-    jobs = [(task, trial) for trial in range(spec.trials) for task in tasks]
-    spec = resolve_learned(spec, bench)
-    check_held_out(spec, bench, tasks)
-    path, macros = load_macros(spec)
-    started = time.perf_counter()
-    virtual = spec.virtual_clock
-    with locked_out(spec.out) if spec.out else nullcontext():  # one run at a time writes into an --out folder
-        for mode in spec.modes:
-            prior_log(spec, mode, jobs)  # every mode's log checked before the first task starts
-        if virtual:
-            from trio.testing import MockClock
-
-            modes = anyio.run(run_modes, spec, bench, jobs, macros, backend="trio",
-                              backend_options={"clock": MockClock(autojump_threshold=0)})
-        else:
-            modes = anyio.run(run_modes, spec, bench, jobs, macros)
-    return Outcome(spec, bench, tasks, modes, macros, path, time.perf_counter() - started, virtual, bench_data(spec))
 
 
 def bench_data(spec: RunSpec) -> dict[str, Any] | None:

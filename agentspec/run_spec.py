@@ -18,29 +18,30 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentspec.errors import ConfigError
+from agentspec.runtime.config import LoopSettings, SporkConfig
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.modes import Mode, noisy_oracle_p, parse_modes
 
 
-class SporkSettings(BaseModel):
-    """SPORK's knobs (see :class:`agentspec.runtime.spork.SporkConfig`) and how its probes are made."""
+class SporkSettings(SporkConfig):
+    """SPORK's knobs (a :class:`~agentspec.runtime.config.SporkConfig`, which the executor takes as it is) and how
+    its probes are made."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    gate: float = Field(0.90, ge=0, le=1)
-    probe_every: int = Field(16, ge=1)
-    cost_model: bool = True
     probe_accuracy: float = Field(0.9, ge=0, le=1)
     """With the oracle agent: the simulated probe's hit rate."""
     probe_opening: Literal["fenced", "hermes"] = "fenced"
     probe_tokens: int = Field(48, ge=1)
 
 
-class RunSpec(BaseModel):
-    """Everything one run needs: bench and tasks, who plays each role, the modes and their settings, the output."""
+class RunSpec(LoopSettings):
+    """Everything one run needs: bench and tasks, who plays each role, the modes and their settings, the output.
+
+    The executor's settings (``depth``, ``l_min``, ``seed``, ``max_errors``, ``verify_macros``, ``macro_commit``,
+    ``draft_first``, ``spec_width``) are inherited from :class:`~agentspec.runtime.config.LoopSettings`: the
+    executor's config is made of these very fields, validated once."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
@@ -73,9 +74,6 @@ class RunSpec(BaseModel):
     more_speculators: list[str] = Field(default_factory=list)
     """Further speculators (``--speculator-model`` given again), each asked in turn where the ones before it abstain
     (answer no call); every one under the governor."""
-    spec_width: int = Field(1, ge=1)
-    """Guesses executed per chain position: the speculator's head guess and its next ``spec_width - 1`` ranked
-    alternatives, each in its own fork (``--spec-width``)."""
     learn_online: bool = False
     """With a learned speculator: update its counts from each finished task of the run (``--learn-online``;
     :mod:`agentspec.speculator.online`), each speculating mode from the file afresh."""
@@ -92,25 +90,12 @@ class RunSpec(BaseModel):
     """Send the speculator's next call with each authority request as a draft hint for the ToolSpec decoder.  None:
     only to a local model agentspec serves (another server may refuse the unknown field)."""
     max_tokens: int | None = Field(None, ge=1)
-    draft_first: bool = False
-    """The speculator drafts, the authority verifies, in turn: the authority is asked only once the speculator has
-    guessed the next call (or ended its chain), so the guess is a draft hint from its first forward, and the
-    speculator waits while the authority decides (so it keeps one guess ahead, whatever ``depth`` says).  For models
-    sharing one machine's cores, where decoding both at once slows the authority."""
 
     modes: list[Mode] = Field(default_factory=lambda: [Mode()])
-    depth: int = Field(4, ge=1)
-    l_min: int = Field(1, ge=0)
-    seed: int = Field(0, ge=0)
     max_steps: int = Field(200, ge=1)
     """Messages per episode (tau2's step limit); the executor makes at most (max_steps - 1) // 2 calls."""
     max_calls: int | None = Field(None, ge=1)
     """Overrides the call limit derived from ``max_steps``."""
-    max_errors: int = Field(10, ge=1)
-    verify_macros: bool = False
-    macro_commit: Literal["verified", "trusted"] = "verified"
-    """SMC: ``verified`` commits only the prefix of a fired macro's chain the authority verifies (lossless; the
-    paper's lossy commit where the authority cannot verify, said in the summary), ``trusted`` the paper's commit."""
     macros: str | None = None
     """Macro library for smc; None takes the bench's shipped library when a mode is smc."""
     latency_model: str | LatencyModel | None = None
@@ -238,6 +223,11 @@ class RunSpec(BaseModel):
                 settings.pop(name, None)
         if not mode.spork:
             settings.pop("spork", None)
+        else:  # the knobs only the Python API sets count once set (logs from before they were spec fields lack them)
+            defaults = SporkConfig().model_dump(mode="json")
+            for name in RUNTIME_ONLY_SPORK:
+                if settings["spork"].get(name) == defaults[name]:
+                    del settings["spork"][name]
         if mode.base != "smc":
             for name in ("macros", "verify_macros", "l_min", "macro_commit"):
                 settings.pop(name, None)
@@ -257,6 +247,9 @@ NOT_RESULTS = frozenset({
 tasks run, whether the authority gets draft hints (a hint changes its speed, never its output; and None is only
 resolved once the models are planned).  ``replay`` changes results through the recording, which the run's caller
 hashes; ``data_dir`` through the tasks' data, hashed per task."""
+
+RUNTIME_ONLY_SPORK = ("per_tool_gate", "contention", "forward_hints")
+"""SPORK settings no flag sets (only the Python API passes them, in its own :class:`SporkConfig`)."""
 
 SPECULATION_ONLY = ("speculator_model", "more_speculators", "speculator_hints", "draft_first", "depth", "spec_width",
                     "governor", "learn_online")

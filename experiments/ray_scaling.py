@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agentspec.assembly import run
+from agentspec.pipeline import run
 from agentspec.run_spec import RunSpec
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tau2"

@@ -47,7 +47,7 @@ def _data(args: argparse.Namespace) -> list[str]:
 def run(seed: int, library: str, args: argparse.Namespace) -> dict[str, Any]:
     argv = ["run", "--bench", "tau2-telecom", "--split", args.split, "--solo", "--agent", "oracle", "--mode", "sequential,sa,smc",
             "--speculator-model", f"noisy-oracle:{args.p}", "--latency-model", "smc-paper", "--macros", library,
-            "--seed", str(seed), "--no-progress", *_data(args)]
+            "--seed", str(seed), "--macro-commit", args.macro_commit, "--no-progress", *_data(args)]
     if args.verify:
         argv.append("--verify-macros")
     summary = _cli(argv)
@@ -67,6 +67,9 @@ def main() -> None:
     parser.add_argument("--macros", default=str(REPO / "macros" / "tau2-telecom.json"))
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--verify", action="store_true")
+    parser.add_argument("--macro-commit", choices=["trusted", "verified"], default="trusted",
+                        help="trusted: the SMC paper's commit, which the table reports; verified: the authority checks "
+                             "each chain first (experiments/verified_smc.md)")
     parser.add_argument("--remine", action="store_true", help="mine the train split into a temporary library first")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -159,7 +159,7 @@ def test_fork_isolation_commit_and_evaluation_on_the_engine(bench: AppWorldBench
 
 
 def test_oracle_through_the_assembly_scores_tgc_100(bench: AppWorldBench) -> None:
-    from agentspec.assembly import run
+    from agentspec.pipeline import run
     from agentspec.run_spec import RunSpec
 
     # The issue's command shape: a latency model puts the run on the virtual clock, with the worker in real time.
@@ -175,7 +175,7 @@ def test_oracle_through_the_assembly_scores_tgc_100(bench: AppWorldBench) -> Non
 
 
 def test_meta_tools_replay_gold_through_execute_api(fixture_root: Path, venv: dict) -> None:
-    from agentspec.assembly import run
+    from agentspec.pipeline import run
     from agentspec.run_spec import RunSpec
 
     bench = AppWorldBench.from_data_dir(fixture_root, python=venv["python"], actions="meta")
@@ -194,7 +194,7 @@ def test_meta_tools_replay_gold_through_execute_api(fixture_root: Path, venv: di
 def test_code_actions_replay_the_reference_solution(fixture_root: Path, venv: dict) -> None:
     from sandbox_support import require_bwrap
 
-    from agentspec.assembly import run
+    from agentspec.pipeline import run
     from agentspec.run_spec import RunSpec
 
     require_bwrap()  # code actions run each branch's worker in a bubblewrap jail
@@ -211,8 +211,8 @@ def test_code_actions_replay_the_reference_solution(fixture_root: Path, venv: di
 @pytest.mark.slow
 def test_smc_with_macros_mined_on_train(bench: AppWorldBench, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """``agentspec mine`` over the train split's gold (noisy oracle), then ``--mode smc`` with that library."""
-    from agentspec.assembly import run
     from agentspec.cli import main
+    from agentspec.pipeline import run
     from agentspec.run_spec import RunSpec
 
     out = tmp_path / "appworld-macros.json"

@@ -51,7 +51,7 @@ def api_records(bench: AppWorldBench) -> Records:
     sequential and sa; the records as ``results.json`` keeps them (through JSON)."""
     from scripted_openai_server import ScriptedOpenAIServer
 
-    from agentspec.assembly import run
+    from agentspec.pipeline import run
     from agentspec.run_spec import RunSpec
 
     tasks = bench.tasks("dev")
@@ -136,7 +136,7 @@ def test_records_that_cannot_be_laid_out_fail_in_one_line_and_write_nothing(
 def test_code_actions_are_scored_the_same(fixture_root: Path, venv: dict, tmp_path: Path) -> None:
     from sandbox_support import require_bwrap
 
-    from agentspec.assembly import run
+    from agentspec.pipeline import run
     from agentspec.run_spec import RunSpec
 
     require_bwrap()  # code actions run each branch's worker in a bubblewrap jail

@@ -31,6 +31,8 @@ class Harness:
     """One recorded run: its flags (but the model, the recording and the data folder) and what it measured."""
 
     name: str
+    folder: str
+    """The recording's folder: ``experiments/recordings/<folder>--qwen2.5-coder-1.5b``."""
     argv: tuple[str, ...]
     modes: tuple[str, ...]
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -40,7 +42,7 @@ class Harness:
 
     @property
     def recording(self) -> Path:
-        return RECORDINGS / f"{self.name}--{AGENT}"
+        return RECORDINGS / f"{self.folder}--{AGENT}"
 
     def speculator(self) -> tuple[str, ...]:
         file = self.recording / "speculator.json"
@@ -54,18 +56,27 @@ def figures(reward: float, *, calls: int, executed: int, stops: dict[str, int], 
             "terminations": stops}
 
 
+BOTH = ("sequential", "sa")
 HARNESSES = [
-    Harness("workspace-demo", ("--bench", "workspace-demo", "--task-ids", "ws-todo-report,ws-sales-total"),
-            ("sequential", "sa")),
-    Harness("appworld", ("--bench", "appworld", "--task-ids", "agspecaddr_2", "--bench-option", "apps=supervisor"),
-            ("sequential", "sa"),
-            {"sequential": figures(0.0, calls=5, executed=4, stops={"agent_stop": 1}),
-             "sa": figures(0.0, calls=5, executed=4, stops={"agent_stop": 1})},
+    Harness("workspace-demo", "workspace-demo",
+            ("--bench", "workspace-demo", "--task-ids", "ws-todo-report,ws-sales-total"), BOTH,
+            {mode: figures(0.0, calls=13, executed=12, stops={"agent_stop": 1, "max_steps": 1}) for mode in BOTH},
+            {"ws-todo-report": 0.0, "ws-sales-total": 0.0}),
+    Harness("appworld-address", "appworld",
+            ("--bench", "appworld", "--task-ids", "agspecaddr_2", "--bench-option", "apps=supervisor"), BOTH,
+            {mode: figures(0.0, calls=5, executed=4, stops={"agent_stop": 1}) for mode in BOTH},
             {"agspecaddr_2": 0.0}),
-    Harness("appworld-code", ("--bench", "appworld", "--task-ids", "agspecaddr_2", "--bench-option", "actions=code"),
-            ("sequential",)),
-    Harness("gaia", ("--bench", "gaia", "--backend", "overlay", "--task-ids", "ours-0001,ours-0002"),
-            ("sequential", "sa")),
+    Harness("appworld-note", "appworld", ("--bench", "appworld", "--task-ids", "agspecnote_1"), BOTH,
+            {mode: figures(0.0, calls=9, executed=9, stops={"max_steps": 1}) for mode in BOTH},
+            {"agspecnote_1": 0.0}),
+    Harness("appworld-code", "appworld-code",
+            ("--bench", "appworld", "--task-ids", "agspecaddr_2,agspecnote_1", "--bench-option", "actions=code"),
+            ("sequential",), {"sequential": figures(0.0, calls=11, executed=10, stops={"agent_stop": 1, "max_steps": 1})},
+            {"agspecaddr_2": 0.0, "agspecnote_1": 0.0}),
+    Harness("gaia", "gaia", ("--bench", "gaia", "--backend", "overlay", "--task-ids", "ours-0001,ours-0002"), BOTH,
+            {"sequential": figures(0.0, calls=6, executed=4, stops={"agent_stop": 2}),
+             "sa": figures(0.0, calls=6, executed=2, stops={"agent_stop": 2}, commits=2)},  # read_attachment, guessed
+            {"ours-0001": 0.0, "ours-0002": 0.0}),
 ]
 FIGURES = ("reward_mean", "authority_calls", "live_executions", "commits_sa", "terminations")
 """What a replay reproduces: not the speculator's turns, which depend on how fast the authority answers."""
@@ -98,8 +109,8 @@ def rewards(out: Path, mode: str) -> dict[str, float]:
 def test_the_recorded_run_replays_to_its_figures(harness: Harness, request: pytest.FixtureRequest,
                                                   capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     summary = run(capsys, harness, request, "--mode", ",".join(harness.modes), *harness.speculator(),
-                  "--replay", str(harness.recording), "--out", str(tmp_path))
-    assert summary["models"] == f"replayed from {harness.recording}"
+                  "--replay", str(harness.recording), "--latency-model", "smc-paper", "--out", str(tmp_path))
+    assert summary["models"] == f"replayed from {harness.recording}" and summary["clock"].startswith("virtual")
     for mode in harness.modes:
         figures = {k: summary["modes"][mode][k] for k in FIGURES}
         assert figures == harness.measured[mode], mode
@@ -115,7 +126,7 @@ def test_the_live_model_plays_one_task_and_its_recording_replays(
     first = harness.argv[harness.argv.index("--task-ids") + 1].split(",")[0]
     argv = list(harness.argv)
     argv[argv.index("--task-ids") + 1] = first
-    one = Harness(harness.name, tuple(argv), ("sequential",))
+    one = Harness(harness.name, harness.folder, tuple(argv), ("sequential",))
     live = run(capsys, one, request, "--record", str(tmp_path / "rec"), "--out", str(tmp_path / "live"))
     figures = live["modes"]["sequential"]
     assert figures["failed_episodes"] == 0 and figures["authority_calls"] >= 1

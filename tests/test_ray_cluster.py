@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from agentspec.assembly import run
 from agentspec.cluster.ray_episodes import LOOPBACK_NODE_IP
 from agentspec.errors import ConfigError
+from agentspec.pipeline import run
 from agentspec.run_spec import RunSpec
 
 VENV_BIN = Path(sys.executable).parent
@@ -268,7 +268,7 @@ _DRIVER = """
 import sys
 sys.path.insert(0, {tests!r})
 import ray.cloudpickle, test_ray_cluster as t
-from agentspec.assembly import run
+from agentspec.pipeline import run
 from agentspec.bench.registry import open_bench
 from agentspec.run_spec import RunSpec
 from pathlib import Path
@@ -327,7 +327,7 @@ def test_resume_after_a_full_stop_reapplies_nothing(cluster: str, local: dict[st
 
 
 def test_a_local_run_never_imports_ray(tau2_dir: Path, tmp_path: Path) -> None:
-    code = ("import sys, json; from agentspec.assembly import run; from agentspec.run_spec import RunSpec; "
+    code = ("import sys, json; from agentspec.pipeline import run; from agentspec.run_spec import RunSpec; "
             f"o = run(RunSpec.of(**{BASE!r}, data_dir={str(tau2_dir)!r}, out={str(tmp_path)!r})); "
             "print(json.dumps([len(o.modes['sa'].episodes), 'ray' in sys.modules]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
@@ -399,8 +399,7 @@ class _Task:
 def test_a_resume_on_ray_refuses_a_task_whose_data_changed(tmp_path: Path) -> None:
     """The driver checks the log against the jobs it runs, as a local resume does: a task whose data changed since
     its result was logged is not taken from the log (no cluster needed: the check comes before any task)."""
-    from agentspec.assembly import episode_parts, log_config, prior_log, run_episode
-    from agentspec.cluster import Playbook
+    from agentspec.batch import ModeRun, log_config
     from agentspec.cluster.ray_episodes import _prepare_log
     from agentspec.runtime.runlog import RunLog, data_digest
 
@@ -410,11 +409,11 @@ def test_a_resume_on_ray_refuses_a_task_whose_data_changed(tmp_path: Path) -> No
     log = RunLog(path, log_config(spec, mode))
     log.finish("t1#0", {"reward": 1.0}, data_digest(_Task("t1", "what is 2+2?")))
     log.close()
-    playbook = Playbook(True, episode_parts, run_episode, log_config, prior_log)
-    same = _prepare_log(spec, mode, path, playbook, [(_Task("t1", "what is 2+2?"), 0)])
+    batch = ModeRun(spec, mode, bench=None)  # type: ignore[arg-type]  # the log check never asks the bench
+    same = _prepare_log(batch, [(_Task("t1", "what is 2+2?"), 0)])
     assert same["t1#0"].result == {"reward": 1.0}
     with pytest.raises(ConfigError, match="the data of task 't1' changed since its result was logged"):
-        _prepare_log(spec, mode, path, playbook, [(_Task("t1", "what is 3+3?"), 0)])
+        _prepare_log(batch, [(_Task("t1", "what is 3+3?"), 0)])
 
 
 def test_a_forged_part_is_refused_not_signed_into_the_run_log(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentspec import checkpoint
-from agentspec.assembly import log_config, prior_log
+from agentspec.batch import log_config, prior_log
 from agentspec.cli import main
 from agentspec.errors import ConfigError
 from agentspec.run_spec import RunSpec

@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from agentspec.assembly import run
 from agentspec.cli import main
+from agentspec.pipeline import run
 from agentspec.run_spec import RunSpec
 from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
 from agentspec.runtime.policies import Decision, History, OracleAuthority

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
+from agentspec.bench.tau2.official_venv import ensure_venv, rescore
 from agentspec.errors import ConfigError
 from agentspec.types import Message, TerminationReason, Trajectory
-from agentspec.bench.tau2.official_venv import ensure_venv, rescore
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE = "AGENTSPEC_REQUIRE_TAU2_OFFICIAL"

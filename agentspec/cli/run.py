@@ -82,7 +82,7 @@ def add_parser(sub: Any) -> None:
     spec.add_argument("--governor", action=argparse.BooleanOptionalAction, default=True,
                       help="measure each speculator's cost to the authority and its saving, and pause one that costs "
                       "more than it saves (the summary's governor says so per mode)")
-    spec.add_argument("--l-min", type=number(int, ge=0), default=1, help="minimum decisions a macro commit must skip")
+    spec.add_argument("--l-min", type=number(int, ge=1), default=1, help="minimum decisions a macro commit must skip")
     spec.add_argument("--verify-macros", action="store_true", help="check each macro commit against the authority and update n, k")
     add_macro_commit(spec)
     spec.add_argument("--macros-out", type=out_file, help="save the macro library with its online-updated n, k, lcb here")

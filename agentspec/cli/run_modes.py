@@ -1,6 +1,6 @@
 """``agentspec run --mode ...``: a bench's tasks through the speculative executor, one or several modes per run.
 
-The flags become one :class:`~agentspec.run_spec.RunSpec`, which :func:`agentspec.assembly.run` runs.
+The flags become one :class:`~agentspec.run_spec.RunSpec`, which :func:`agentspec.pipeline.run` runs.
 
 With ``--mode sequential,sa,smc`` every mode runs over the same tasks in the
 same process, so their ratios are measured side by side.  The last stdout
@@ -21,10 +21,10 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from agentspec.assembly import run
 from agentspec.bench.runner import raise_if_endpoint_dead
 from agentspec.cli.flags import bench_options
 from agentspec.errors import ConfigError
+from agentspec.pipeline import run
 from agentspec.results import Results, results_file
 from agentspec.run_spec import RunSpec, SporkSettings
 from agentspec.runtime.runlog import locked_out

@@ -1,8 +1,8 @@
 """Episodes on a Ray cluster (``agentspec run --ray [ADDRESS]``, ``RunSpec.cluster``): the optional ``ray`` extra.
 
-Importing this package does not import Ray; :func:`run_mode_on_ray` does, when a run names a cluster.  Without
-one, :mod:`agentspec.assembly` never imports this package; with one, it hands over a :class:`Playbook` (its own
-functions that build and play an episode), so nothing here imports the assembly back.
+Importing this package does not import Ray; :class:`RayStrategy` does, when a run names a cluster.  Without one,
+nothing imports this package.  It is the batch layer's Ray strategy: it imports :mod:`agentspec.batch` (the
+mode's run log, its resume, the clock, one episode's play), and nothing above it.
 
 * :mod:`agentspec.cluster.ray_episodes`: the driver (connect, place, stream results back, merge run logs);
 * :mod:`agentspec.cluster.worker`: what a worker runs for one episode;
@@ -14,9 +14,8 @@ from __future__ import annotations
 from agentspec.cluster.ray_episodes import (
     DEFAULT_ADDRESS,
     ClusterError,
+    RayStrategy,
     episode_resources,
-    run_mode_on_ray,
 )
-from agentspec.cluster.worker import Playbook
 
-__all__ = ["DEFAULT_ADDRESS", "ClusterError", "Playbook", "episode_resources", "run_mode_on_ray"]
+__all__ = ["DEFAULT_ADDRESS", "ClusterError", "RayStrategy", "episode_resources"]

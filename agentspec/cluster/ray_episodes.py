@@ -1,7 +1,8 @@
-"""The driver side of ``agentspec run --ray``: a mode's episodes as Ray tasks, streamed back into the local run.
+"""The driver side of ``agentspec run --ray``: :class:`RayStrategy`, a batch's episodes as Ray tasks, streamed
+back into the local run.
 
-:func:`run_mode_on_ray` replaces the local episode loop of :func:`agentspec.assembly.run_mode` and returns the
-same episodes in the same job order, so ``results.json``, the summary and the progress bar do not change::
+:func:`agentspec.batch.run_mode` runs a mode with it as with the local strategy and returns the same episodes in
+the same job order, so ``results.json``, the summary and the progress bar do not change::
 
     spec = RunSpec.of(bench="tau2-telecom", split="small", agent="oracle", modes="sa", out="runs/x",
                       speculator_model="noisy-oracle:0.8", latency_model="smc-paper", cluster="127.0.0.1:6379")
@@ -22,22 +23,19 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from agentspec.bench.episode import Episode, LoggedEpisode
+from agentspec.batch import Job, ModeRun, Play, Result, job_key, prior_log
 from agentspec.bench.protocol import Bench
-from agentspec.bench.runner import run_jobs
 from agentspec.cluster.parts import clear_parts, merge_finished, merge_part, part_path
-from agentspec.cluster.worker import EpisodeJob, Playbook, Shared, play_episode
+from agentspec.cluster.worker import EpisodeJob, play_episode
 from agentspec.errors import AgentSpecError, ClusterError, ConfigError
-from agentspec.macros import MacroLibrary
 from agentspec.run_spec import RunSpec
-from agentspec.runtime.modes import Mode
-from agentspec.runtime.real_time import virtual_clock
 from agentspec.runtime.runlog import RunLog, TaskLog
 
 DEFAULT_ADDRESS = "default"
@@ -56,7 +54,6 @@ LOOPBACK_NODE_IP = "127.0.0.2"
 CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
 """Where ``ray start --head`` writes the address of the cluster a bare ``ray.init()`` joins."""
 
-Result = Episode | LoggedEpisode
 
 
 def episode_resources(spec: RunSpec, bench: Bench[Any]) -> dict[str, Any]:
@@ -201,52 +198,58 @@ def _raise_for(error: BaseException, key: str) -> None:
                        f"times): {type(error).__name__}: {first}") from error
 
 
-async def run_mode_on_ray(spec: RunSpec, mode: Mode, bench: Bench[Any], jobs: Sequence[tuple[Any, int]],
-                          playbook: Playbook, macros: MacroLibrary | None = None) -> list[Result]:
-    """Every job in ``mode`` as a Ray task, played as ``playbook`` says; with ``spec.out``, logged to
-    ``run-<mode>.log.jsonl`` as a local run is (``resume`` continues it, on any worker).  Results keep job order."""
-    check_spec(spec, playbook.solo)
-    ray = connect(spec.cluster or DEFAULT_ADDRESS)
-    resources = episode_resources(spec, bench)
-    _check_feasible(ray, resources)
-    log_path = Path(spec.out) / f"run-{mode.name}.log.jsonl" if spec.out else None
-    previous = _prepare_log(spec, mode, log_path, playbook, jobs)
-    distractors = bench.distractors() if spec.agent == "oracle" else []
-    holder = [ray.put(Shared(spec, mode, bench, playbook, macros, list(distractors), _on_virtual_clock()))]
-    remote = ray.remote(play_episode).options(max_retries=MAX_RETRIES, retry_exceptions=False, **resources)
-    waiter = _Waiter(ray)
-    refs: dict[str, Any] = {}
-    for task, trial in jobs:  # submitted at once: Ray queues what the cluster cannot run yet
-        key = f"{task.id}#{trial}"
-        logged = previous.get(key)
-        if logged is None or logged.result is None:
-            part = str(part_path(spec.out, mode.name, key)) if spec.out else None
+class RayStrategy:
+    """Each episode of a batch a Ray task on the cluster ``spec.cluster`` names (a
+    :class:`~agentspec.batch.Strategy`): every job submitted at once (Ray queues what the cluster cannot run yet),
+    each logged by its worker to its own part, merged into the mode's run log as it finishes."""
+
+    def __init__(self) -> None:
+        self.ray: Any = None
+        self.resources: dict[str, Any] = {}
+
+    def in_flight(self, run: ModeRun, jobs: Sequence[Job]) -> int:
+        return max(1, len(jobs))  # the cluster's CPUs (or docker slots) bound what runs, not --concurrency
+
+    def prior(self, run: ModeRun, jobs: Sequence[Job]) -> dict[str, TaskLog]:
+        """Refuse what a cluster cannot do and connect (before the log is touched), then ready the log."""
+        check_spec(run.spec, run.solo)
+        self.ray = connect(run.spec.cluster or DEFAULT_ADDRESS)
+        self.resources = episode_resources(run.spec, run.bench)
+        _check_feasible(self.ray, self.resources)
+        return _prepare_log(run, jobs)
+
+    @asynccontextmanager
+    async def playing(self, run: ModeRun, todo: Sequence[tuple[Job, TaskLog | None]]) -> AsyncIterator[Play]:
+        ray, out = self.ray, run.spec.out
+        holder = [ray.put(run)]
+        remote = ray.remote(play_episode).options(max_retries=MAX_RETRIES, retry_exceptions=False, **self.resources)
+        waiter = _Waiter(ray)
+        refs: dict[str, Any] = {}
+        for (task, trial), logged in todo:
+            key = job_key((task, trial))
+            part = str(part_path(out, run.mode.name, key)) if out else None
             refs[key] = remote.remote(holder, EpisodeJob(task, trial, part, logged))
             waiter.submit(refs[key])
 
-    async def one(job: tuple[Any, int]) -> Result:
-        task, trial = job
-        key = f"{task.id}#{trial}"
-        if key not in refs:
-            stored = previous[key].result or {}
-            return LoggedEpisode(task.id, stored["reward"], stored.get("error"), stored)
-        episode = await waiter.result(refs[key])
-        if isinstance(episode, BaseException):
-            _raise_for(episode, key)
-        if log_path is not None:
-            part = part_path(spec.out or "", mode.name, key)
-            if part.is_file():
-                merge_part(part, log_path)
-        return episode
+        async def play(job: Job, resumed: TaskLog | None) -> Result:
+            key = job_key(job)
+            episode = await waiter.result(refs[key])
+            if isinstance(episode, BaseException):
+                _raise_for(episode, key)
+            path = run.log_path
+            if path is not None and out:
+                part = part_path(out, run.mode.name, key)
+                if part.is_file():
+                    merge_part(part, path)
+            return episode
 
-    try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(waiter.run)
-            results = await run_jobs(jobs, one, concurrency=max(1, len(jobs)), progress=spec.progress, label=mode.name)
-    except BaseException:
-        _cancel(ray, [ref for ref, event in waiter.pending.items() if not event.is_set()])
-        raise
-    return results  # type: ignore[return-value]
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(waiter.run)
+                yield play
+        except BaseException:
+            _cancel(ray, [ref for ref, event in waiter.pending.items() if not event.is_set()])
+            raise
 
 
 def _cancel(ray: Any, refs: list[Any]) -> None:
@@ -259,23 +262,18 @@ def _cancel(ray: Any, refs: list[Any]) -> None:
             continue
 
 
-def _on_virtual_clock() -> bool:
-    """Whether this run is on trio's virtual clock (as :func:`agentspec.assembly.run` chose)."""
-    return virtual_clock() is not None
-
-
-def _prepare_log(spec: RunSpec, mode: Mode, log_path: Path | None, playbook: Playbook,
-                 jobs: Sequence[tuple[Any, int]]) -> dict[str, TaskLog]:
+def _prepare_log(run: ModeRun, jobs: Sequence[Job]) -> dict[str, TaskLog]:
     """The run log's tasks for a resumed run (after merging parts a stopped driver left finished), checked as a
-    local run checks them (``playbook.prior_log``: settings, and each of ``jobs`` whose data changed is refused); a
-    fresh run starts from an empty log and no parts."""
-    if log_path is None:
+    local run checks them (:func:`~agentspec.batch.prior_log`: settings, and each of ``jobs`` whose data changed is
+    refused); a fresh run starts from an empty log and no parts."""
+    spec, mode, path = run.spec, run.mode, run.log_path
+    if path is None:
         return {}
     if not spec.resume:
-        playbook.prior_log(spec, mode, [])  # an earlier run's log is refused unless --overwrite
-        log_path.unlink(missing_ok=True)
+        prior_log(spec, mode, [])  # an earlier run's log is refused unless --overwrite
+        path.unlink(missing_ok=True)
         clear_parts(spec.out or "", mode.name)
-        RunLog(log_path, playbook.log_config(spec, mode)).close()  # the header, as a local run writes it
+        RunLog(path, run.log_config()).close()  # the header, as a local run writes it
         return {}
-    merge_finished(spec.out or "", mode.name, log_path)
-    return playbook.prior_log(spec, mode, jobs)
+    merge_finished(spec.out or "", mode.name, path)
+    return prior_log(spec, mode, jobs)

@@ -34,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
+from agentspec.runtime.draft import Draft
 from agentspec.runtime.policies import Decision, History, Policy
 
 CLEAN = 0.05
@@ -195,6 +196,17 @@ class Governor:
     def observe_skipped(self, name: str, decisions: int) -> None:
         """Drafts of ``name`` were committed without asking the authority ``decisions`` times (a macro commit)."""
         self.accounts[name].saving_s += decisions * self.baseline_s()
+
+    def observe_committed(self, draft: Draft, decided_at: float, *, skipped: bool) -> None:
+        """``draft`` was committed: what it spared the authority, if a named speculator proposed it.  The tool time
+        it ran before the authority's decision came (at ``decided_at``), and, ``skipped`` (a macro commit), the
+        decision itself."""
+        if draft.speculator is None or draft.started is None or draft.finished is None:
+            return
+        until = draft.finished if skipped else min(draft.finished, decided_at)
+        self.observe_saving(draft.speculator, until - draft.started)
+        if skipped:
+            self.observe_skipped(draft.speculator, 1)
 
     # -- the verdict ------------------------------------------------------------------------------
 

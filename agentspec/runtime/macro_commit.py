@@ -99,15 +99,12 @@ async def try_macro(loop: MacroHost, library: MacroLibrary, *, l_min: int, verif
             return  # the chain changed while the authority verified it
         if verify:
             macro.observe(verdict.accepted == rest, library.delta)  # the verification is the check: no decisions
-            loop.metrics.macro_checks += verdict.steps
-            loop.metrics.macro_disagreements += int(verdict.rejected)
+            loop.metrics.observe_macro_check(verdict.steps, disagreed=verdict.rejected)
         drafts = drafts[:verdict.accepted]
         if not drafts:
             return
     await loop.commit(drafts, "macro", macro_id=macro.id)
-    loop.metrics.commits_macro += len(drafts)
-    loop.metrics.authority_skipped += len(drafts)
-    loop.metrics.macro_firings += 1
+    loop.metrics.observe_macro_firing(len(drafts))
     if verify and not verified:
         await verify_macro(loop, macro, anchor, library.delta)
 
@@ -121,12 +118,8 @@ async def verify_chain(loop: MacroHost, drafts: list[Draft]) -> ChainVerdict:
     started = anyio.current_time()
     verdict = await authority.verify_chain(history, chain)
     ended = anyio.current_time()
-    metrics = loop.metrics
-    metrics.chains_verified += 1
-    metrics.chain_steps_offered += verdict.steps
-    metrics.chain_steps_accepted += verdict.accepted
-    metrics.chain_steps_rejected += int(verdict.rejected)
-    metrics.verify_s += ended - started
+    loop.metrics.observe_chain_verified(verdict.steps, verdict.accepted, rejected=verdict.rejected,
+                                        seconds=ended - started)
     label = f"verify {verdict.accepted}/{verdict.steps}"
     loop.timeline.add("authority", loop.since_start(started), loop.since_start(ended), label, "verify")
     return verdict
@@ -139,9 +132,9 @@ async def verify_macro(loop: MacroHost, macro: Macro, first: int, delta: float) 
     for index in range(first, len(loop.steps)):
         history = [(s.call, s.observation) for s in loop.steps[:index]]
         decision = await untimed(loop.authority).decide(history)  # a check off the critical path: no simulated time
-        loop.metrics.macro_checks += 1
+        loop.metrics.observe_macro_check(1, disagreed=False)
         if decision.call != loop.steps[index].call:
             agreed = False
             break
     macro.observe(agreed, delta)
-    loop.metrics.macro_disagreements += int(not agreed)
+    loop.metrics.observe_macro_check(0, disagreed=not agreed)

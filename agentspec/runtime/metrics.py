@@ -90,6 +90,119 @@ class ExecutionMetrics:
     name_hits_by_depth: list[int] = field(default_factory=list)
     """[d-1]: of those, the drafts naming the same tool as the call committed d-1 steps later."""
 
+    # -- observations: the only way the runtime changes these figures (as vLLM's spec-decode stats) --------------
+
+    def observe_commit_mode(self, mode: str) -> None:
+        """SMC's macro commit for this task, as :func:`~agentspec.runtime.chain_verify.commit_mode` resolved it."""
+        self.macro_commit = mode
+
+    def observe_wall(self, seconds: float) -> None:
+        """The task's wall time, from the start of the run to its end."""
+        self.wall_s = seconds
+
+    def observe_draft_wait(self, seconds: float) -> None:
+        """The authority waited ``seconds`` for the speculator's guess before deciding."""
+        self.draft_wait_s += seconds
+
+    def observe_decision(self, seconds: float, forwards: int | None, hint_tokens: int | None) -> None:
+        """One authority decision took ``seconds``; ``forwards`` is None unless its endpoint reported its decoding."""
+        self.authority_calls += 1
+        self.authority_wait_s += seconds
+        if forwards is not None:
+            self.authority_reported_calls += 1
+            self.authority_forwards += forwards
+            self.authority_hint_tokens += hint_tokens or 0
+
+    def observe_tool_wait(self, seconds: float) -> None:
+        """The loop waited ``seconds`` for a tool (a draft's or dispatch's, still running when confirmed)."""
+        self.tool_wait_s += seconds
+
+    def observe_live(self, seconds: float) -> None:
+        """A call ran on live state in ``seconds``."""
+        self.tool_wait_s += seconds
+        self.live_executions += 1
+
+    def observe_sa_commit(self, rank: int) -> None:
+        """A draft was committed as the authority's call; ``rank`` 0: the head guess, more: an alternative."""
+        self.commits_sa += 1
+        self.hit_at_rank(rank)
+
+    def observe_reuse(self) -> None:
+        """A read-only call was answered from a finished draft."""
+        self.reused_read_only += 1
+
+    def observe_speculator(self, seconds: float) -> None:
+        """The speculator answered one request in ``seconds``."""
+        self.speculator_calls += 1
+        self.speculator_busy_s += seconds
+
+    def observe_speculative_run(self, *, alternative: bool) -> None:
+        """A speculated call started in a fork (``alternative``: a further guess for a position)."""
+        self.speculative_tool_calls += 1
+        self.alternative_tool_calls += int(alternative)
+
+    def observe_snapshot_failure(self) -> None:
+        self.snapshot_failures += 1
+
+    def observe_discarded(self, tokens: int, *, ran: bool) -> None:
+        """A draft was thrown away: its ``tokens`` were decoded for nothing, and its tool call if it ``ran``."""
+        self.drafts_discarded += 1
+        self.wasted_tokens += tokens
+        self.wasted_tool_calls += int(ran)
+
+    def observe_late_hint(self) -> None:
+        """A predicted call was handed to the authority's running request."""
+        self.late_hints += 1
+
+    def observe_hint_delivered(self, taken: bool) -> None:
+        self.late_hints_delivered += int(taken)
+
+    def observe_probe(self, tokens: int, prompt_tokens: int, cached_tokens: int) -> None:
+        """SPORK probed the authority's partial output once."""
+        self.probes += 1
+        self.probe_tokens += tokens
+        self.probe_prompt_tokens += prompt_tokens
+        self.probe_cached_tokens += cached_tokens
+
+    def observe_invalid_probe(self) -> None:
+        self.invalid_probes += 1
+
+    def observe_gated_out(self) -> None:
+        self.gated_out += 1
+
+    def observe_early_dispatch(self) -> None:
+        self.early_dispatches += 1
+
+    def observe_probe_outcome(self, *, hit: bool, name_hit: bool) -> None:
+        """A probe's call against the authority's: equal, or naming the same tool."""
+        self.probe_hits += int(hit)
+        self.probe_name_hits += int(name_hit)
+
+    def observe_spork_commit(self, overlapped_s: float) -> None:
+        """An early dispatch was committed; its tool ran ``overlapped_s`` while the authority decoded."""
+        self.time_overlapped_s += overlapped_s
+        self.commits_spork += 1
+
+    def observe_macro_firing(self, committed: int) -> None:
+        """A macro committed ``committed`` drafts, each an authority decision skipped."""
+        self.commits_macro += committed
+        self.authority_skipped += committed
+        self.macro_firings += 1
+
+    def observe_macro_check(self, checks: int, *, disagreed: bool) -> None:
+        """The authority was asked ``checks`` times about macro-committed steps; ``disagreed``: it would not have
+        made one of them."""
+        self.macro_checks += checks
+        self.macro_disagreements += int(disagreed)
+
+    def observe_chain_verified(self, steps: int, accepted: int, *, rejected: bool, seconds: float) -> None:
+        """The authority verified a fired macro's chain of ``steps`` and accepted its first ``accepted``."""
+        self.chains_verified += 1
+        self.chain_steps_offered += steps
+        self.chain_steps_accepted += accepted
+        self.chain_steps_rejected += int(rejected)
+        self.verify_s += seconds
+
     def score_predictions(self, standing: Sequence[tuple[int, Sequence[Any]]], committed: Sequence[Any]) -> None:
         """Count each standing chain ``(step it was standing at, drafted calls)`` against the committed calls."""
         for base, calls in standing:

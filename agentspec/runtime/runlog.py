@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from agentspec.checkpoint import key_path, sign, signed_by_me
 from agentspec.errors import ConfigError
-from agentspec.types import Observation, ToolCall
+from agentspec.types import Observation, Step, ToolCall
 
 VERSION = 4
 """4: a ``run_id`` in the header and chained ``mac``s (3 signed each record alone: records could be moved between logs)."""
@@ -124,6 +124,14 @@ class TaskLog:
     result: dict[str, Any] | None = None
     data: str | None = None
     """The digest of the task's data its result was logged with (None: not recorded)."""
+
+    def committed(self) -> list[Step]:
+        """The committed steps as :class:`~agentspec.types.Step` values, in order: what a resumed executor adopts
+        and what a finished task's logged result holds (one reading of the log for both)."""
+        return [Step(index=i, call=ToolCall.model_validate(r["call"]),
+                     observation=Observation.model_validate(r["observation"]), source=r["source"],
+                     effect_id=r["effect_id"])
+                for i, r in enumerate(self.steps)]
 
 
 def canonical(record: Mapping[str, Any]) -> bytes:
@@ -455,7 +463,7 @@ def locked_out(folder: str | os.PathLike[str]) -> Iterator[Path]:
 
     A second run into the folder, in another process or thread, gets a :class:`ConfigError` naming the folder and
     the holder at once, instead of interleaving its records with the first.  Taking it again inside the block (the
-    command line around :func:`agentspec.assembly.run`) is free.  The kernel drops the lock when the holder dies.
+    command line around :func:`agentspec.pipeline.run`) is free.  The kernel drops the lock when the holder dies.
     """
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)

@@ -28,13 +28,12 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from agentspec.errors import ConfigError
+from agentspec.runtime.config import SporkConfig
 from agentspec.runtime.cost_model import CostModel
 from agentspec.runtime.draft import Draft, Source
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
@@ -43,23 +42,7 @@ from agentspec.runtime.probe import Prober, ProbeResult, schema_errors
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Effect, Observation, ToolCall
 
-
-@dataclass
-class SporkConfig:
-    gate: float = 0.90
-    per_tool_gate: dict[str, float] = field(default_factory=dict)
-    probe_every: int = 16
-    cost_model: bool = True
-    contention: float = 1.0
-    forward_hints: bool = True
-    """Name the authority's request so probes hand it their text as draft hints (``agentspec serve --decoder toolspec``)."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.gate <= 1.0 or self.probe_every < 1:
-            raise ConfigError("the SPORK gate must be in [0, 1] and probe_every >= 1")
-
-    def gate_for(self, tool: str) -> float:
-        return self.per_tool_gate.get(tool, self.gate)
+__all__ = ["Spork", "SporkConfig", "SporkHost"]  # SporkConfig lives in runtime.config; imported from here too
 
 
 class SporkHost(Protocol):
@@ -149,10 +132,7 @@ class Spork:
             result = await self.prober.probe(history, partial, hint_for=self._request_id)
         answered = anyio.current_time()
         self.cost.observe_probe(answered - started)
-        self.metrics.probes += 1
-        self.metrics.probe_tokens += result.tokens
-        self.metrics.probe_prompt_tokens += result.prompt_tokens
-        self.metrics.probe_cached_tokens += result.cached_tokens
+        self.metrics.observe_probe(result.tokens, result.prompt_tokens, result.cached_tokens)
         self._probed.append((result, answered))
         self.loop.timeline.add("probe", self.loop.since_start(started), self.loop.since_start(answered),
                                result.call.name if result.call else "?", f"{result.confidence:.2f}")
@@ -164,10 +144,10 @@ class Spork:
         assert call is not None
         specs = {spec.name: spec for spec in self.loop.backend.tool_specs()}
         if call.name not in specs or schema_errors(call.arguments, specs[call.name]):
-            self.metrics.invalid_probes += 1
+            self.metrics.observe_invalid_probe()
             return False
         if result.confidence < self.config.gate_for(call.name):
-            self.metrics.gated_out += 1
+            self.metrics.observe_gated_out()
             return False
         if self.loop.effect(call.name) is Effect.EXTERNAL:
             return False  # never speculated
@@ -179,7 +159,7 @@ class Spork:
     def _dispatch(self, call: ToolCall, group: anyio.abc.TaskGroup) -> None:
         draft = Draft(call, self.loop.effect(call.name))
         self.dispatched = draft
-        self.metrics.early_dispatches += 1
+        self.metrics.observe_early_dispatch()
         draft.scope = anyio.CancelScope()
         group.start_soon(self._execute, draft)
 
@@ -201,8 +181,7 @@ class Spork:
         """Commit the dispatched call if it is the authority's; otherwise drop it.  True if committed."""
         for result, answered in self._probed:
             hit = result.call == call
-            self.metrics.probe_hits += int(hit)
-            self.metrics.probe_name_hits += int(result.call is not None and result.call.name == call.name)
+            self.metrics.observe_probe_outcome(hit=hit, name_hit=result.call is not None and result.call.name == call.name)
             if result.call is not None:
                 self.cost.observe_outcome(result.call.name, hit, self._decision_end - answered)
         self._probed = []
@@ -215,15 +194,14 @@ class Spork:
         if not draft.done.is_set():
             waited = anyio.current_time()
             await draft.done.wait()
-            self.loop.metrics.tool_wait_s += anyio.current_time() - waited
+            self.metrics.observe_tool_wait(anyio.current_time() - waited)
         lineage_ok = draft.sandbox is not None and self.loop.backend.live_token in draft.sandbox.lineage
         if draft.observation is None or not lineage_ok:
             await self._drop(draft)
             return False
         started = draft.started if draft.started is not None else self._decision_end
         finished = draft.finished if draft.finished is not None else self._decision_end
-        self.metrics.time_overlapped_s += max(0.0, min(finished, self._decision_end) - started)
-        self.metrics.commits_spork += 1
+        self.metrics.observe_spork_commit(max(0.0, min(finished, self._decision_end) - started))
         await self.loop.commit([draft], "spork", call)
         return True
 
@@ -241,8 +219,7 @@ class Spork:
             await draft.done.wait()
             if draft.sandbox is not None:
                 await self.loop.backend.discard(draft.sandbox)
-        self.loop.metrics.wasted_tool_calls += int(draft.sandbox is not None)
-        self.loop.metrics.drafts_discarded += 1
+        self.metrics.observe_discarded(draft.tokens, ran=draft.sandbox is not None)
 
     def report(self) -> dict[str, Any]:
         return self.cost.report()

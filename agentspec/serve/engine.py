@@ -32,6 +32,12 @@ engine's share of the cores first: all of torch's threads while one model is
 stepping, half each while two are (``EngineStats.overlapped_steps`` counts
 steps that ran beside another model's).
 
+Other model work runs as units too (:class:`ForwardJob`, :meth:`Engine.run_job`):
+a chain verification (:mod:`agentspec.serve.chain`) and the prompt
+log-probabilities of a chat request (:mod:`agentspec.serve.prompt_logprobs`)
+queue their start, their prefill chunks and a last unit; a verification
+forward counts as the step's one many-token forward, like a prefill chunk.
+
 Prefix reuse: finished (or cancelled) requests leave their KV cache in a small
 LRU :class:`PrefixCache`.  A new request starts from the entry sharing the
 longest token prefix with its prompt (the next turn of a conversation), or

@@ -65,6 +65,12 @@ class GaiaScore(BaseModel):
     termination: TerminationReason
 
 
+def _closed(spec: ToolSpec) -> ToolSpec:
+    """``spec`` taking only its declared arguments: without ``additionalProperties: false`` a constrained decoder
+    lets a model invent one (qwen2.5-coder-1.5b called ``read_attachment(file=...)`` on every try, each an error)."""
+    return spec.model_copy(update={"parameters": {**spec.parameters, "additionalProperties": False}})
+
+
 class GaiaTools(Toolkit):
     """What the agent can do for one question: its attachment, web search and page fetch (all read-only)."""
 
@@ -182,7 +188,7 @@ class GaiaBench:
 
     def tools(self, task: GaiaTask, *, solo: bool) -> list[ToolSpec]:
         python = [spec for spec in WorkspaceTools().specs() if spec.name == PYTHON_TOOL] if self.sandbox != "none" else []
-        return [*GaiaTools(task, self.web).specs(), *python, DONE_TOOL]
+        return [*map(_closed, GaiaTools(task, self.web).specs()), *python, DONE_TOOL]
 
     def system_prompt(self, task: GaiaTask, *, solo: bool) -> str:
         attached = f"\n\nAttached file: {task.file_name}" if task.file_name else ""

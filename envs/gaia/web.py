@@ -336,7 +336,8 @@ class LocalCorpus:
         _check_max_chars(max_chars)
         page = self._by_url.get(url.strip())
         if page is None:
-            raise FetchError(f"{url} is not a page of the local corpus {self.folder}")
+            # Not the folder's path: the agent reads this, and a host path would differ between machines.
+            raise FetchError(f"{url} is not a page of the local corpus")
         return page.text[:max_chars]
 
     def close(self) -> None:

@@ -103,7 +103,9 @@ def _trajectories(args: argparse.Namespace, bench: Any) -> tuple[list[MinedTraje
 
 
 async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedTrajectory], states: list[tuple[int, int]],
-                 depth: int, noisy_p: float | None) -> dict[tuple[int, int], list[Any]]:
+                 depth: int, noisy_p: float | None) -> tuple[dict[tuple[int, int], list[Any]], int]:
+    """Each state's sampled continuations, and the look-ahead calls the learned labeller ran (each in a fork of the
+    replay at the sample's anchor, never on a trajectory's end state)."""
     async with AsyncExitStack() as stack:
         sandboxes = await stack.enter_async_context(ReplaySandboxes(lambda t: bench.open_backend(bench.task(t.task_id), solo=True)))
         learned = learned_speculator(args.speculator_model)
@@ -111,7 +113,7 @@ async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedT
             model = load_speculator(learned).model
 
             def speculator(trajectory: MinedTrajectory, sample: int) -> Policy:
-                # Deterministic: every sample is the same guess chain (history rules: no look-ahead while labelling).
+                # Deterministic: every sample is the same guess chain; it looks ahead in the sample's own fork.
                 return LearnedSpeculator(model, task_text(bench, bench.task(trajectory.task_id)))
         elif noisy_p is not None:
             distractors = bench.distractors()
@@ -131,8 +133,9 @@ async def _label(args: argparse.Namespace, bench: Any, trajectories: list[MinedT
                                     solo=True, role="speculator")
 
         factory: SpeculatorFactory = speculator
-        return await sample_continuations(trajectories, states, factory, samples=args.samples, depth=depth,
-                                          sandboxes=sandboxes, concurrency=args.concurrency)
+        continuations = await sample_continuations(trajectories, states, factory, samples=args.samples, depth=depth,
+                                                   sandboxes=sandboxes, concurrency=args.concurrency)
+        return continuations, sandboxes.lookahead_calls
 
 
 def mine_spec(args: argparse.Namespace) -> RunSpec:
@@ -170,7 +173,7 @@ def mine_command(args: argparse.Namespace) -> dict[str, Any]:
     states = training_states(trajectories, candidates, max_states=args.max_states, seed=args.seed)
     _progress(args, f"{len(candidates)} candidates; sampling {args.samples} continuations at {len(states)} states")
 
-    continuations = anyio.run(_label, args, bench, trajectories, states, args.max_length - 1, noisy_p)
+    continuations, lookahead_calls = anyio.run(_label, args, bench, trajectories, states, args.max_length - 1, noisy_p)
     labels = label_candidates(candidates, trajectories, continuations)
     macros, funnel = select(candidates, labels, config)
 
@@ -204,6 +207,7 @@ def mine_command(args: argparse.Namespace) -> dict[str, Any]:
         "trajectories": counts,
         "states": len(states),
         "samples": len(states) * args.samples,
+        "lookahead_calls": lookahead_calls,
         "graph": {k: v for k, v in stats.items() if k != "top_transitions"},
         "funnel": funnel.as_dict(),
         "kept_by_length": dict(sorted(lengths.items())),

@@ -1,0 +1,105 @@
+"""A whole run: the spec's tasks, every mode in turn over the same jobs, on the clock the spec needs.
+
+    spec = RunSpec.of(bench="tau2-telecom", split="small", agent="oracle", modes="sequential,sa",
+                      speculator_model="noisy-oracle:0.8", latency_model="smc-paper")
+    outcome = run(spec)                       # every mode over the same tasks, side by side
+    outcome.modes["sa"].episodes[0].reward
+
+:func:`run` opens the bench and picks its tasks, checks every mode's run log before the first task starts, then
+:func:`run_modes` opens the role clients once and runs each mode as one batch (:func:`agentspec.batch.run_mode`)
+with the strategy the spec names: this process, or a Ray cluster (:class:`agentspec.cluster.RayStrategy`,
+imported only when a run names a cluster).  The layers below: :mod:`agentspec.batch` (one mode's batch) and
+:mod:`agentspec.assembly` (one episode).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+from agentspec.assembly import (
+    ModeResult,
+    Outcome,
+    bench_data,
+    check_held_out,
+    is_solo,
+    load_macros,
+    mode_governor,
+    online_learner,
+    resolve_learned,
+    select_tasks,
+)
+from agentspec.batch import Job, LocalStrategy, ModeRun, Strategy, on_clock, prior_log, run_mode
+from agentspec.bench.protocol import Bench, has_user
+from agentspec.bench.registry import open_bench
+from agentspec.bench.roles import open_roles
+from agentspec.data import unverified_data
+from agentspec.errors import ConfigError
+from agentspec.macros import MacroLibrary
+from agentspec.models import ModelClient
+from agentspec.run_spec import RunSpec
+from agentspec.runtime.governor import Governor
+from agentspec.runtime.runlog import locked_out
+from agentspec.speculator.online import OnlineLearner
+
+
+def strategy(spec: RunSpec, clients: dict[str, ModelClient], governor: Governor | None = None,
+             learner: OnlineLearner | None = None) -> Strategy:
+    """Where a mode's episodes run: on the Ray cluster ``spec.cluster`` names (the ray extra: imported only
+    then), else in this process with the mode's ``governor`` and ``learner``."""
+    if spec.cluster is None:
+        return LocalStrategy(clients, governor, learner)
+    from agentspec.cluster import RayStrategy
+
+    return RayStrategy()
+
+
+async def run_modes(spec: RunSpec, bench: Bench[Any], jobs: Sequence[Job], macros: MacroLibrary | None) -> dict[str, ModeResult]:
+    """Open the role clients once, then run each mode of the spec over the same jobs."""
+    async with open_roles(spec, solo=is_solo(spec, bench)) as roles:
+        spec, clients = roles.spec, roles.clients
+        results: dict[str, ModeResult] = {}
+        learner = None
+        for mode in spec.modes:
+            started = time.perf_counter()
+            governor = mode_governor(spec, mode)
+            # Each speculating mode learns from the file afresh: a mode never sees what another learned.
+            learner = online_learner(spec) if mode.speculates else learner
+            batch = ModeRun.of(spec, mode, bench, macros)
+            episodes = await run_mode(batch, jobs, strategy(spec, clients, governor,
+                                                            learner if mode.speculates else None))
+            results[mode.name] = ModeResult(episodes, time.perf_counter() - started,
+                                            governor.report() if governor is not None else None)
+        if learner is not None and spec.save_speculator:
+            learner.artifact().save(spec.save_speculator)
+        return results
+
+
+def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Outcome:
+    """Run the spec: every mode over the same tasks and trials, on trio's virtual clock when every model is
+    simulated, a latency model times them and the bench runs in process, else on the wall clock.
+
+    ``bench``: your own :class:`~agentspec.bench.protocol.Bench` object; by default the one registered as
+    ``spec.bench``."""
+    if bench is None:
+        if spec.bench is None:
+            raise ConfigError("a run needs a bench (--bench)")
+        with unverified_data(spec.unverified_data):
+            bench = open_bench(spec.bench, spec.data_dir, backend=spec.backend, max_steps=spec.max_steps,
+                               max_errors=spec.max_errors, options=spec.bench_options)
+    if not spec.solo and not has_user(bench) and spec.agent == "llm" and spec.user_model:
+        raise ConfigError(f"{bench.name} has no user simulator: drop --user-model")
+    tasks = select_tasks(spec, bench)
+    jobs = [(task, trial) for trial in range(spec.trials) for task in tasks]
+    spec = resolve_learned(spec, bench)
+    check_held_out(spec, bench, tasks)
+    path, macros = load_macros(spec)
+    started = time.perf_counter()
+    virtual = spec.virtual_clock
+    with locked_out(spec.out) if spec.out else nullcontext():  # one run at a time writes into an --out folder
+        for mode in spec.modes:
+            prior_log(spec, mode, jobs)  # every mode's log checked before the first task starts
+        modes = on_clock(run_modes, spec, bench, jobs, macros, virtual=virtual)
+    return Outcome(spec, bench, tasks, modes, macros, path, time.perf_counter() - started, virtual, bench_data(spec))

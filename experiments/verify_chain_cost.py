@@ -1,6 +1,7 @@
 """What verifying a chain costs against deciding its steps one by one (issue 29), on a local model; prints JSON.
 
     .venv/bin/python experiments/verify_chain_cost.py --model qwen2.5-coder-0.5b
+    .venv/bin/python experiments/verify_chain_cost.py --model qwen2.5-coder-0.5b --bench workspace-demo --repeats 1
 
 The model decides a 3-step weather/time task greedily under the tool grammar
 (``tool_choice: required``) with fixed tool results; that chain of its own
@@ -11,6 +12,14 @@ cache holds the conversation before the first call (warmed by a one-token
 request), nothing after it.  Each measurement repeats ``--repeats`` times
 (interleaved, median reported); the server runs in-process (httpx's ASGI transport: no
 sockets), on the engine ``agentspec serve`` uses.
+
+With ``--bench workspace-demo`` the chain is a bench task's first ``--steps``
+decisions instead, made the way ``agentspec run --solo`` makes them: through
+:class:`~agentspec.runtime.policies.LLMPolicy` (the bench's system prompt and
+tools, ``tool_choice: required``, the history as ``history_messages`` renders
+it) against ``agentspec serve`` on 127.0.0.1, each call executed in the task's
+real workspace for its observation.  Step by step is ``LLMPolicy.decide`` at
+each prefix; the verification is one ``LLMPolicy.verify_chain``.
 """
 
 from __future__ import annotations
@@ -24,8 +33,13 @@ from typing import Any
 import anyio
 import httpx
 
-from agentspec.serve import create_app, load_engines
+from agentspec.bench.registry import open_bench
+from agentspec.models import ModelClient, ModelConfig
+from agentspec.runtime.policies import LLMPolicy, history_messages
+from agentspec.serve import ServerThread, create_app, load_engines
 from agentspec.serve.engine import Engine, PrefixCache
+from agentspec.snapshot import SnapshotBackend
+from agentspec.types import Observation, ToolCall, ToolSpec
 
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
@@ -131,13 +145,122 @@ async def measure(model: str, decoder: str, repeats: int) -> dict[str, Any]:
     }
 
 
+# --- a workspace-demo task's own chain, through LLMPolicy ------------------------------------------------------------
+
+
+class BenchChain:
+    """A bench task's first decisions as ``agentspec run --solo`` makes them, against a served model."""
+
+    def __init__(self, client: ModelClient, engine: Engine, prompt: str, tools: list[ToolSpec]) -> None:
+        self.client, self.engine, self.prompt, self.tools = client, engine, prompt, tools
+        self.chain: list[tuple[ToolCall, Observation]] = []
+
+    def policy(self) -> LLMPolicy:
+        """A fresh authority, configured as the assembly configures a solo one (nothing queued from earlier runs)."""
+        return LLMPolicy(self.client, self.prompt, self.tools, tool_choice="required", temperature=0.0)
+
+    async def build(self, live: SnapshotBackend, steps: int) -> None:
+        """Let the model decide up to ``steps`` calls, each executed in the task's live workspace."""
+        policy = self.policy()
+        for _ in range(steps):
+            decision = await policy.decide(self.chain)
+            if decision.call is None:  # done (or no usable call): the chain ends here
+                break
+            self.chain.append((decision.call, await live.execute(decision.call)))
+
+    async def warm(self) -> None:
+        """Empty the prefix cache, then cache the conversation before the first call (a 1-token decision)."""
+        self.engine.prefix_cache = PrefixCache(max_bytes=self.engine.prefix_cache.max_bytes)
+        await self.client.chat(history_messages(self.prompt, []), tools=self.tools, tool_choice="required",
+                               temperature=0.0, max_tokens=1)
+
+    async def step_by_step(self) -> dict[str, Any]:
+        await self.warm()
+        policy, per_step, same = self.policy(), [], 0
+        began = time.perf_counter()
+        for index, (call, _) in enumerate(self.chain):
+            started = time.perf_counter()
+            decision = await policy.decide(self.chain[:index])
+            per_step.append(time.perf_counter() - started)
+            same += int(decision.call is not None and (decision.call.name, decision.call.arguments)
+                        == (call.name, call.arguments))
+        return {"seconds": time.perf_counter() - began, "per_step": per_step, "same_calls": same}
+
+    async def verify(self) -> dict[str, Any]:
+        await self.warm()
+        began = time.perf_counter()
+        verdict = await self.policy().verify_chain([], self.chain)
+        return {"seconds": time.perf_counter() - began, "accepted": verdict.accepted, "steps": verdict.steps,
+                "forwards": verdict.forwards, "prompt_tokens": verdict.prompt_tokens, "server_s": verdict.seconds}
+
+
+async def measure_bench(model: str, decoder: str, repeats: int, bench_name: str, task_id: str | None,
+                        steps: int) -> dict[str, Any]:
+    bench = open_bench(bench_name)
+    task = bench.task(task_id) if task_id else bench.tasks(bench.default_split)[0]
+    engines = load_engines([model], decoder=decoder)
+    with ServerThread(engines) as server:
+        async with ModelClient(ModelConfig(base_url=server.base_url, model=model, timeout_s=3600,
+                                           max_retries=0)) as client:
+            runner = BenchChain(client, engines[model], bench.system_prompt(task, solo=True),
+                                bench.tools(task, solo=True))
+            async with bench.open_backend(task, solo=True) as live:
+                await runner.build(live, steps)
+            if not runner.chain:
+                raise SystemExit(f"{model} made no call on {task.id}: no chain to verify")
+            reason = await runner.policy().verification()  # the support probe, once per client, before timing
+            if reason is not None:
+                raise SystemExit(f"the endpoint cannot verify chains: {reason}")
+            decoded, verified = [], []
+            for _ in range(repeats):  # interleaved: both see the same machine (other load comes and goes)
+                decoded.append(await runner.step_by_step())
+                verified.append(await runner.verify())
+    return bench_figures(model, decoder, task.id, runner.chain, decoded, verified)
+
+
+def bench_figures(model: str, decoder: str, task_id: str, chain: list[tuple[ToolCall, Observation]],
+                  decoded: list[dict[str, Any]], verified: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON a bench measurement prints: medians over the repeats, the last verification's counts."""
+    decode_s = statistics.median(run["seconds"] for run in decoded)
+    verify_s = statistics.median(run["seconds"] for run in verified)
+    steps, last = len(chain), verified[-1]
+    accepted = min(run["accepted"] for run in verified)
+    same = min(run["same_calls"] for run in decoded)
+    return {
+        "model": model, "decoder": decoder, "bench": "workspace-demo", "task": task_id, "repeats": len(decoded),
+        "steps": steps, "calls": [{"name": call.name, "arguments": call.arguments} for call, _ in chain],
+        "observation_chars": [len(observation.content) for _, observation in chain],
+        "observation_errors": [observation.error for _, observation in chain],
+        "step_by_step_s": round(decode_s, 3),
+        "step_by_step_per_step_s": [round(statistics.median(run["per_step"][i] for run in decoded), 3)
+                                    for i in range(steps)],
+        "step_by_step_same_calls": same,
+        "verify_s": round(verify_s, 3), "verify_server_s": last["server_s"],
+        "ratio_per_repeat": [round(v["seconds"] / d["seconds"], 3) for d, v in zip(decoded, verified)],
+        "verify_over_step_by_step": round(verify_s / decode_s, 3),
+        "accepted": accepted, "forwards": last["forwards"], "prompt_tokens": last["prompt_tokens"],
+        "identical_decisions": same == steps and accepted == steps,
+        "step_by_step_s_per_decided_step": round(decode_s / steps, 3),
+        "verify_s_per_accepted_step": round(verify_s / max(1, accepted), 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--decoder", choices=["greedy", "toolspec"], default="greedy")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bench", choices=["workspace-demo"], help="a bench task's own first decisions as the chain")
+    parser.add_argument("--task", help="the bench task (default: its first)")
+    parser.add_argument("--steps", type=int, default=3, help="decisions in the bench chain (2-3 in issue 29)")
     args = parser.parse_args()
-    print(json.dumps(anyio.run(measure, args.model, args.decoder, args.repeats), indent=1))
+    if args.repeats < 1 or not 1 <= args.steps <= 16:
+        parser.error("--repeats must be >= 1 and --steps within 1..16")
+    if args.bench:
+        result = anyio.run(measure_bench, args.model, args.decoder, args.repeats, args.bench, args.task, args.steps)
+    else:
+        result = anyio.run(measure, args.model, args.decoder, args.repeats)
+    print(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from agentspec.bench.tau2.evaluator import arguments_match
+from agentspec.cli.commands.evaluate import play_script
 from agentspec.errors import ReplayMismatch
 from agentspec.results import pass_hat_k
 from agentspec.types import Message, TerminationReason, ToolCall
@@ -48,8 +49,7 @@ def score(bench, task_id, calls, end="assistant", solo=False):
     task = bench.task(task_id)
 
     async def go():
-        agent, user = bench.scripted(calls, end=end, solo=solo)
-        return await bench.run_episode(task, agent, user, env=bench.environment(task, solo=solo))
+        return await play_script(bench, task, calls, end=end, solo=solo)
 
     return anyio.run(go)
 
@@ -123,3 +123,15 @@ def test_messages_record_requestors(bench):
     tools = [m for m in episode.trajectory.messages if m.role == "tool"]
     assert [m.requestor for m in tools] == ["user"]
     assert isinstance(episode.trajectory.messages[0], Message)
+
+
+def test_every_party_calling_the_others_tools_still_scores(bench):
+    """Each call made by the wrong party is an error observation of its own; scoring replays them all (no mismatch
+    from two calls sharing an id) and the error limit ends the episode as tau2's would."""
+    task_id = ("[mms_issue]airplane_mode_on|bad_network_preference|bad_wifi_calling|break_app_sms_permission|"
+               "data_mode_off|data_usage_exceeded|unseat_sim_card|user_abroad_roaming_disabled_off[PERSONA:None]")
+    swapped = {"assistant": "user", "user": "assistant"}
+    flipped = [(swapped[r], call) for r, call in bench.gold_actions(bench.task(task_id))]
+    episode = score(bench, task_id, flipped)
+    assert episode.error is None and episode.reward == 0.0
+    assert episode.trajectory.num_errors == 9 and episode.trajectory.termination is TerminationReason.AGENT_STOP

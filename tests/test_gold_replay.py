@@ -1,18 +1,19 @@
-"""Gold replay through the orchestrator (solo mode) scores 1.0; doing nothing scores 0."""
+"""Gold replay through the executor (sequential mode, as ``agentspec evaluate`` plays) scores 1.0; doing nothing
+scores 0."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
+from agentspec.cli.commands.evaluate import play_script
 from agentspec.types import TerminationReason
 
 
 async def _oracle_rewards(bench, tasks):
     rewards = {}
     for task in tasks:
-        agent, user = bench.oracle(task, solo=True)
-        episode = await bench.run_episode(task, agent, user, env=bench.environment(task, solo=True))
+        episode = await play_script(bench, task, bench.gold_actions(task), solo=True)
         assert episode.error is None, episode.error
         assert episode.trajectory.termination is TerminationReason.AGENT_STOP
         rewards[task.id] = episode.reward
@@ -39,8 +40,7 @@ def test_gold_replay_scores_one_on_all_tasks(bench):
 async def _do_nothing(bench, tasks, solo):
     rewards = {}
     for task in tasks:
-        agent, user = bench.scripted([], end="assistant", solo=solo)
-        episode = await bench.run_episode(task, agent, user, env=bench.environment(task, solo=solo))
+        episode = await play_script(bench, task, [], end="assistant", solo=solo)
         rewards[task.id] = episode.reward
     return rewards
 
@@ -59,8 +59,7 @@ def test_normal_mode_gold_replay_with_user_calls(bench):
         rewards = []
         for task in bench.tasks("small"):
             calls = [(a.requestor, ToolCall(name=a.name, arguments=a.arguments)) for a in task.evaluation_criteria.actions]
-            agent, user = bench.scripted(calls, end="user", solo=False)
-            episode = await bench.run_episode(task, agent, user, env=bench.environment(task, solo=False))
+            episode = await play_script(bench, task, calls, end="user", solo=False)
             assert episode.trajectory.termination is TerminationReason.USER_STOP
             rewards.append(episode.reward)
         return rewards

@@ -182,6 +182,9 @@ class ExecutionLoop:
             if self.config.mode != "sequential":
                 group.start_soon(self.chain.work, group)
             while (ended := self.users.ended if self.users is not None else None) is None:
+                if self.journal.errors >= self.config.max_errors:  # the opening's user turn's errors count too (tau2)
+                    termination = TerminationReason.TOO_MANY_ERRORS
+                    break
                 if len(self.steps) >= self.config.max_calls:
                     termination = TerminationReason.MAX_STEPS
                     break

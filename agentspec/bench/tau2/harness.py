@@ -1,38 +1,36 @@
-"""A tau2 domain as a bench: tau2's orchestrator, parties and evaluator around the domain's knowledge.
+"""A tau2 domain as a bench: tau2's parties and evaluator around the domain's knowledge.
 
 A tau2 domain (``envs/tau2_telecom`` is one) provides tasks, environments,
 prompts and gold calls (:class:`Tau2Domain`); :class:`Tau2Bench` adds what
 every tau2 domain shares: the ``done`` tool of solo mode, the user simulator
-of normal mode, scoring with tau2's evaluator, and the reference episode
-loop (:meth:`Tau2Bench.run_episode`, tau2's orchestrator) that plain
-``agentspec run`` and ``agentspec evaluate`` use.
+of normal mode, scoring with tau2's evaluator, and the scripted authority and
+user (:meth:`Tau2Bench.scripted`) with which ``agentspec evaluate`` plays given
+calls through the executor like any run.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, runtime_checkable
 
-from agentspec.bench.episode import Episode
 from agentspec.bench.protocol import T, distractors, solo_calls
 from agentspec.bench.tau2.evaluator import Evaluation, evaluate
 from agentspec.bench.tau2.official import Tau2Source, write_results
-from agentspec.bench.tau2.orchestrator import (
+from agentspec.bench.tau2.parties import (
     AGENT_STOP_TOKEN,
     DONE_TOOL,
     GREETING,
     USER_STOP_TOKENS,
-    Orchestrator,
+    LLMUser,
     Party,
+    script_turns,
 )
-from agentspec.bench.tau2.parties import LLMParty, Script, ScriptedParty
-from agentspec.errors import AgentSpecError, ConfigError
 from agentspec.models import ModelClient
 from agentspec.runtime.conversation import RunCall, ScriptedUser, User, UserTurn, scripted_turns, steps_trajectory
+from agentspec.runtime.policies import OracleAuthority, Policy
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
 from agentspec.types import Message, Requestor, Step, TerminationReason, ToolCall, ToolSpec, Trajectory
 
@@ -162,7 +160,7 @@ class Tau2Bench(Generic[T]):
         if client is None:
             return ScriptedUser(scripted_turns(self.gold_actions(task))[1], opening=GREETING)
         env = self.environment(task, solo=False)
-        return PartyUser(LLMParty("user", client, self.domain.user_prompt(task), env.tool_specs("user")))
+        return PartyUser(LLMUser(client, self.domain.user_prompt(task), env.tool_specs("user")))
 
     async def evaluate(self, task: T, steps: Sequence[Step], termination: TerminationReason, *, solo: bool,
                        live: SnapshotBackend | None = None, final: dict[str, Any] | None = None) -> Evaluation:
@@ -178,7 +176,7 @@ class Tau2Bench(Generic[T]):
                             tasks_file=self.domain.tasks_file(), policy=self.domain.official_policy)
         return write_results(out, records, source=source, max_steps=self.max_steps, max_errors=self.max_errors)
 
-    # --- tau2's own episode loop (plain runs, ``agentspec evaluate``) ------------------
+    # --- tau2's evaluator and scripted episodes (``agentspec evaluate``) ------------------
 
     def evaluate_trajectory(self, task: Any, trajectory: Trajectory, *, solo: bool) -> Evaluation:
         criteria = self.domain.criteria(task)
@@ -190,44 +188,20 @@ class Tau2Bench(Generic[T]):
             reward_basis=criteria.reward_basis,
         )
 
-    def oracle(self, task: Any, *, solo: bool = True) -> tuple[Party, Party | None]:
-        """Parties that replay the task's gold actions (the agent makes every call in solo mode)."""
+    def oracle(self, task: Any, *, solo: bool = True) -> tuple[Policy, User | None]:
+        """An authority and user that replay the task's gold actions (the agent makes every call in solo mode)."""
         return self.scripted(self.gold_actions(task), end="assistant", solo=solo)
 
     def scripted(
         self, calls: Sequence[tuple[Requestor, ToolCall]], *, end: Requestor = "assistant", solo: bool = False
-    ) -> tuple[Party, Party | None]:
-        script = Script.of(calls, end=end, solo=solo)
-        user = None if solo else ScriptedParty("user", script)
-        return ScriptedParty("assistant", script), user
-
-    def llm_parties(
-        self, task: Any, agent: ModelClient, user: ModelClient | None, *, solo: bool, env: Any
-    ) -> tuple[Party, Party | None]:
+    ) -> tuple[Policy, User | None]:
+        """An authority that makes the agent's ``calls`` in order, then stops, and a scripted user who makes the
+        user's (none in solo mode, where the agent makes them all); ``end``: who ends the episode (tau2's
+        ``agent_stop`` or ``user_stop``).  The executor plays them in sequential mode (``agentspec evaluate``)."""
         if solo:
-            tools = env.tool_specs("assistant") + [DONE_TOOL]
-            return LLMParty("assistant", agent, self.system_prompt(task, solo=True), tools, tool_choice="required"), None
-        if user is None:
-            raise ConfigError("normal mode needs a user model (--user-model) or --solo")
-        agent_party = LLMParty("assistant", agent, self.system_prompt(task, solo=False), env.tool_specs("assistant"))
-        user_party = LLMParty("user", user, self.domain.user_prompt(task), env.tool_specs("user"))
-        return agent_party, user_party
-
-    async def run_episode(self, task: Any, agent: Party, user: Party | None, *, env: Any, trial: int = 0) -> Episode:
-        """Play one episode with tau2's orchestrator and score it; failures are recorded, not raised."""
-        started = time.perf_counter()
-        orchestrator = Orchestrator(task.id, env, agent, user, max_steps=self.max_steps, max_errors=self.max_errors)
-        error = None
-        evaluation = None
-        try:
-            trajectory = await orchestrator.run()
-            eval_started = time.perf_counter()
-            evaluation = self.evaluate_trajectory(task, trajectory, solo=env.solo)
-            orchestrator.timings["eval_s"] = time.perf_counter() - eval_started
-        except AgentSpecError as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        timings = {**orchestrator.timings, "wall_s": time.perf_counter() - started}
-        return Episode(task.id, trial, orchestrator.trajectory, evaluation, timings, error)
+            return OracleAuthority(solo_calls(calls)), None
+        decisions, user = script_turns(calls, end)
+        return OracleAuthority(decisions), user
 
 
 def trajectory_of(task_id: str, steps: Sequence[Step], termination: TerminationReason) -> Trajectory:

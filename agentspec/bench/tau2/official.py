@@ -41,7 +41,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentspec.bench.tau2.evaluator import Evaluation
-from agentspec.bench.tau2.orchestrator import AGENT_STOP_TOKEN
+from agentspec.bench.tau2.parties import AGENT_STOP_TOKEN
 from agentspec.errors import ConfigError
 from agentspec.types import Message, TerminationReason
 

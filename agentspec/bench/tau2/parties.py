@@ -1,82 +1,75 @@
-"""The parties of a tau2 episode: scripted ones (oracle, evaluate) and LLM ones (agent, user simulator).
+"""The users of a tau2 episode: the scripted one (``agentspec evaluate``) and the LLM user simulator,
+and tau2's conversation rules they follow (the greeting, the stop tokens, solo mode's ``done`` tool).
 
-Each party sees the trajectory from its own side.  The LLM agent sees its
-own messages as ``assistant`` and the user's text as ``user``; the user's tool
-calls and their results are hidden from it.  The user simulator sees the
-conversation with the roles swapped, plus its own tool calls and results.
+The agent is the executor's authority policy (it sees the conversation as
+:func:`agentspec.runtime.policies.history_messages` builds it).  The user
+simulator sees the conversation with the roles swapped, plus its own tool
+calls and results.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
-from agentspec.bench.tau2.orchestrator import AGENT_STOP_TOKEN, DONE_TOOL
+from agentspec.bench.protocol import done_tool
 from agentspec.models import ModelClient
 from agentspec.runtime import conversation
+from agentspec.runtime.conversation import RunCall, ScriptedUser, UserTurn
 from agentspec.types import Message, Requestor, ToolCall, ToolSpec
 
-HANDOVER = {"assistant": conversation.HANDOVER, "user": conversation.DONE_REPLY}
+GREETING = "Hi! How can I help you today?"
+"""The agent's first words in normal mode."""
+USER_STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
+"""A user text with any of these ends the episode (``user_stop``)."""
+USER_STOP = USER_STOP_TOKENS[0]
+"""What the scripted user says to end the episode."""
+AGENT_STOP_TOKEN = "###STOP###"
+"""How an agent stop is written in a tau2 trajectory (solo mode's ``done`` call becomes it)."""
+DONE_TOOL = done_tool("Call this when the ticket is resolved or handed over.")
+
+
+class Party(Protocol):
+    """A user simulator: reads the trajectory so far, writes one message."""
+
+    async def act(self, trajectory: list[Message]) -> Message: ...
 
 
 @dataclass
-class Script:
-    """Tool calls to make in order, each by one party, and who ends the episode."""
+class ScriptUser:
+    """The user's side of a scripted normal-mode episode (:func:`script_turns`): one run of calls per turn, as
+    :class:`~agentspec.runtime.conversation.ScriptedUser`; with ``stops``, its last turn ends the episode."""
 
-    calls: deque[tuple[Requestor, ToolCall]]
-    end: Requestor = "assistant"
-    solo: bool = False
+    turns: list[list[ToolCall]]
+    stops: bool = False
+    opening: str = GREETING
 
-    @classmethod
-    def of(cls, calls: Iterable[tuple[Requestor, ToolCall]], end: Requestor = "assistant", solo: bool = False) -> Script:
-        return cls(deque(calls), end, solo)
-
-
-@dataclass
-class ScriptedParty:
-    """Plays its side of a :class:`Script`: its own calls, hand-overs, and the final stop.
-
-    Two scripted parties share one script; whoever holds the turn either makes
-    the next call (if it is theirs), hands the turn over with a short text, or
-    stops the episode when the script is done and the end is theirs.
-    """
-
-    role: Requestor
-    script: Script
-    stops: list[Message] = field(default_factory=list)
-
-    async def act(self, trajectory: list[Message]) -> Message:
-        script = self.script
-        if script.calls and (script.solo or script.calls[0][0] == self.role):
-            _, call = script.calls.popleft()
-            return Message(role=self.role, tool_calls=[call])
-        if not script.calls and script.end == self.role:
-            return self._stop()
-        return Message(role=self.role, content=HANDOVER[self.role])
-
-    def _stop(self) -> Message:
-        if self.script.solo:
-            message = Message(role="assistant", tool_calls=[ToolCall(name=DONE_TOOL.name)])
-        else:
-            message = Message(role=self.role, content=AGENT_STOP_TOKEN)
-        self.stops.append(message)
-        return message
-
-    def is_stop(self, message: Message) -> bool:
-        return any(message is stop or message.content == stop.content for stop in self.stops)
+    async def reply(self, conversation: list[Message], run: RunCall) -> UserTurn:
+        # Which turn this is comes from the conversation, as ScriptedUser counts it (a resumed run continues).
+        replies = sum(1 for m in conversation if m.role == "user" and not m.is_tool_call)
+        turn = await ScriptedUser(self.turns, self.opening).reply(conversation, run)
+        if not self.stops or replies < len(self.turns) - 1:
+            return turn
+        messages = [*turn.messages[:-1], Message(role="user", content=USER_STOP)]
+        return UserTurn(USER_STOP, messages, stop=True)
 
 
-def agent_view(system_prompt: str, trajectory: Sequence[Message]) -> list[Message]:
-    """The conversation as the agent sees it."""
-    view = [Message(role="system", content=system_prompt)]
-    for message in trajectory:
-        if message.role == "assistant" or (message.role == "tool" and message.requestor == "assistant"):
-            view.append(message)
-        elif message.role == "user" and not message.is_tool_call:
-            view.append(message)
-    return view
+def script_turns(calls: Sequence[tuple[Requestor, ToolCall]], end: Requestor) -> tuple[list[ToolCall], ScriptUser]:
+    """Scripted calls as the agent's decisions and the user who makes the rest (:func:`scripted_turns`); when the
+    user ends the episode and the script ends on the agent's side, the agent hands over once more and the user's
+    last, empty turn stops."""
+    decisions, turns = conversation.scripted_turns(calls)
+    # Every call gets an id of its own (scripted_turns can give two agent calls the same one), since the
+    # evaluator's replay pairs each call with its result by id.
+    decisions = [d if d.name == conversation.SAY else d.model_copy(update={"id": f"agent_{i}"})
+                 for i, d in enumerate(decisions)]
+    count = iter(range(len(calls)))
+    turns = [[call.model_copy(update={"id": f"user_{next(count)}"}) for call in turn] for turn in turns]
+    if end == "user" and calls and calls[-1][0] == "assistant":
+        decisions.append(conversation.say(conversation.HANDOVER, f"say_{len(decisions)}"))
+        turns.append([])
+    return decisions, ScriptUser(turns, stops=end == "user")
 
 
 def user_view(system_prompt: str, trajectory: Sequence[Message]) -> list[Message]:
@@ -93,27 +86,16 @@ def user_view(system_prompt: str, trajectory: Sequence[Message]) -> list[Message
 
 
 @dataclass
-class LLMParty:
-    """An agent or user simulator driven by a model over the OpenAI-compatible client."""
+class LLMUser:
+    """tau2's user simulator: a model over the OpenAI-compatible client, seeing the conversation as
+    :func:`user_view` shows it."""
 
-    role: Literal["assistant", "user"]
     client: ModelClient
     system_prompt: str
     tools: list[ToolSpec]
-    tool_choice: str | None = None
     temperature: float | None = None
 
     async def act(self, trajectory: list[Message]) -> Message:
-        view = agent_view if self.role == "assistant" else user_view
-        result = await self.client.chat(
-            view(self.system_prompt, trajectory),
-            tools=self.tools or None,
-            tool_choice=self.tool_choice if self.tools else None,
-            temperature=self.temperature,
-        )
-        message = result.message
-        return message.model_copy(update={"role": self.role, "invalid_tool_calls": result.invalid_tool_calls})
-
-    def is_stop(self, message: Message) -> bool:
-        # tau2's standard LLM agent never ends the conversation; the user does.
-        return False
+        result = await self.client.chat(user_view(self.system_prompt, trajectory), tools=self.tools or None,
+                                        temperature=self.temperature)
+        return result.message.model_copy(update={"role": "user", "invalid_tool_calls": result.invalid_tool_calls})

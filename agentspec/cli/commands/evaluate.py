@@ -1,5 +1,5 @@
-"""``agentspec evaluate``: score a given sequence of tool calls with the bench's own reference loop (the parser is
-:mod:`agentspec.cli.evaluate`)."""
+"""``agentspec evaluate``: score a given sequence of tool calls, played through the executor in sequential mode as
+any run is (the parser is :mod:`agentspec.cli.evaluate`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,14 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import anyio
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from agentspec.assembly import Parts, run_episode
 from agentspec.bench.episode import Episode
+from agentspec.bench.protocol import Bench
 from agentspec.bench.registry import open_bench
 from agentspec.errors import ConfigError
+from agentspec.run_spec import RunSpec
+from agentspec.runtime.conversation import User
+from agentspec.runtime.policies import Policy
 from agentspec.types import Requestor, ToolCall
 from agentspec.user_files import read_user_file
 
@@ -63,11 +68,21 @@ def _read_batch(path: str) -> list[BatchRecord]:
     return records
 
 
+async def play_script(bench: ScriptedEpisodes, task: Any, calls: Sequence[tuple[Requestor, ToolCall]], *,
+                      end: Requestor = "assistant", solo: bool = False) -> Episode:
+    """Play ``calls`` on ``task`` through the executor in sequential mode, as any run goes (the bench's scripted
+    authority and user, :meth:`~agentspec.bench.tau2.harness.Tau2Bench.scripted`), scored by the bench; a failure is
+    recorded in the episode, not raised."""
+    spec = RunSpec.of(bench=bench.name, agent="oracle", modes="sequential", solo=solo, max_steps=bench.max_steps,
+                      max_errors=bench.max_errors)
+    authority, user = bench.scripted(calls, end=end, solo=solo)
+    return await run_episode(spec, spec.modes[0], bench, task, Parts(authority, user=user))
+
+
 async def _evaluate_one(bench: ScriptedEpisodes, task_id: str, actions: list[ActionSpec], end: str) -> dict[str, Any]:
     task = bench.task(task_id)
-    calls = [(a.requestor, ToolCall(name=a.name, arguments=a.arguments)) for a in actions]
-    agent, user = bench.scripted(calls, end="assistant" if end == "agent" else "user", solo=False)
-    episode = await bench.run_episode(task, agent, user, env=bench.environment(task, solo=False))
+    calls: list[tuple[Requestor, ToolCall]] = [(a.requestor, ToolCall(name=a.name, arguments=a.arguments)) for a in actions]
+    episode = await play_script(bench, task, calls, end="assistant" if end == "agent" else "user")
     evaluation = episode.evaluation.model_dump(mode="json") if episode.evaluation else {}
     return {
         "task_id": task_id,
@@ -82,17 +97,15 @@ async def _evaluate_one(bench: ScriptedEpisodes, task_id: str, actions: list[Act
 
 
 @runtime_checkable
-class ScriptedEpisodes(Protocol):
-    """A bench that plays a given list of calls through its own reference loop and scores it (tau2's
-    orchestrator and evaluator): what ``agentspec evaluate`` needs."""
+class ScriptedEpisodes(Bench[Any], Protocol):
+    """A bench that scores a given list of calls (tau2's evaluator): a scripted authority and user for them, and
+    the step and error limits its episodes run under.  What ``agentspec evaluate`` needs."""
 
-    def task(self, task_id: str) -> Any: ...
+    max_steps: int
+    max_errors: int
 
-    def scripted(self, calls: Sequence[tuple[Requestor, ToolCall]], *, end: Requestor = ..., solo: bool = ...) -> Any: ...
-
-    def environment(self, task: Any, *, solo: bool = ...) -> Any: ...
-
-    async def run_episode(self, task: Any, agent: Any, user: Any, *, env: Any, trial: int = ...) -> Episode: ...
+    def scripted(self, calls: Sequence[tuple[Requestor, ToolCall]], *, end: Requestor = ...,
+                 solo: bool = ...) -> tuple[Policy, User | None]: ...
 
 
 def evaluate_command(args: argparse.Namespace) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""The environment seam: what the orchestrator, evaluator and executor need from an environment.
+"""The environment seam: what the executor, the evaluator and the benches need from an environment.
 
 An environment executes tool calls for a requestor and can be snapshotted.
 Snapshots are frozen values (serialised state plus a content hash) and never

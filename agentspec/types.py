@@ -168,7 +168,7 @@ class Observation(BaseModel):
 class InvalidToolCall(BaseModel):
     """A tool call the model wrote that cannot be executed (arguments not a JSON object).
 
-    Kept, never dropped: the orchestrator answers it with an error observation.
+    Kept, never dropped: the executor answers it with an error observation.
     """
 
     model_config = ConfigDict(frozen=True)

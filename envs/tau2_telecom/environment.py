@@ -3,7 +3,7 @@
 Normal mode: the agent (``assistant``) owns the 13 carrier tools, the user
 owns the 30 phone tools.  Solo mode: the agent owns both (routed by tool
 name) and the user owns none.  After every successful call, and whenever the
-orchestrator asks, :meth:`TelecomEnvironment.sync` copies line status,
+evaluator asks, :meth:`TelecomEnvironment.sync` copies line status,
 roaming, data-limit and payment-request facts between carrier and phone.
 """
 

@@ -463,13 +463,14 @@ def test_agentspec_help_loads_only_the_parsers() -> None:
     # error tree and the mode names, and no handler (agentspec/cli/commands), model client, bench or runtime.
     loaded = _fresh(
         "import contextlib, io, json, sys\n"
+        "before = set(sys.modules)  # what the interpreter loaded itself (Debian's python3: sitecustomize)\n"
         "from agentspec.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
         "    try:\n"
         "        main(['--help'])\n"
         "    except SystemExit as exc:\n"
         "        code = exc.code\n"
-        "tops = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'agentspec'}\n"
+        "tops = {m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names) - {'agentspec'}\n"
         "print(json.dumps({'code': code, 'usage': out.getvalue().startswith('usage: agentspec'),\n"
         "                  'agentspec': sorted(m for m in sys.modules if m.startswith('agentspec')),\n"
         "                  'third_party': sorted(t for t in tops if not t.startswith('_'))}))"

@@ -7,6 +7,7 @@ A server's tools become the agent's tools; its annotations decide what may run s
 
     MCPToolkit.http("http://127.0.0.1:8000/mcp")           # a streamable HTTP server
     MCPToolkit.stdio("python", "server.py", sandbox="overlay")   # one copy of the server per fork (see below)
+    MCPToolkit.stdio("python", "server.py", sandbox="docker")    # ... each in its fork's container
 
 **Effects.**  The MCP specification's defaults are ``readOnlyHint=false``, ``destructiveHint=true``,
 ``openWorldHint=true``, so a tool without annotations may change anything anywhere.  agentspec cannot fork the
@@ -31,7 +32,12 @@ there): a server is stopped and restarted whenever its tree is frozen, promoted 
 in memory, or anywhere else, is lost or, worse, shared across forks.  The jail sees ``/usr``, the Python that runs
 agentspec (its prefix and base prefix, read-only) and the folder agentspec runs in (read-only): a command
 ``python`` (or ``python3``) is that Python, and arguments naming files of that folder by relative path are made
-absolute.  Docker-hosted servers are not offered yet.
+absolute.
+
+``sandbox="docker"`` (CLI ``--mcp-sandbox docker``) runs each copy of the server in its branch's container of the
+Docker sandbox instead (:class:`MCPDockerToolkit`, :mod:`agentspec.mcp_docker`): the same one-server-per-state bookkeeping, a container's
+confinement and limits, and a derived image that carries the MCP SDK and the server's file in (containers have no
+network).
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import anyio
 import anyio.abc
@@ -58,9 +64,15 @@ from agentspec.errors import ConfigError, EnvError
 from agentspec.snapshot import LineageBackend, error_observation
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
 
-__all__ = ["MCPServer", "MCPSandboxToolkit", "MCPToolkit", "SandboxKind"]
+__all__ = [
+    "SANDBOX_KINDS", "MCPBackend", "MCPDockerToolkit", "MCPServer", "MCPSandboxToolkit", "MCPToolkit", "SandboxKind",
+    "sandboxed_toolkit",
+]
 
-SandboxKind = Literal["overlay", "copy"]
+SandboxKind = Literal["overlay", "copy", "docker"]
+SANDBOX_KINDS: tuple[SandboxKind, ...] = ("overlay", "copy", "docker")
+MCPBackend: TypeAlias = "MCPToolkit | MCPSandboxToolkit | MCPDockerToolkit"
+"""Any of the MCP toolkits (a snapshot backend with the server's tools)."""
 
 #: How long a server may take to start and list its tools.
 CONNECT_TIMEOUT_S = 30.0
@@ -221,6 +233,16 @@ class _Session:
         """Ask the owner task to close the session (the SDK stops a stdio server's process); returns at once."""
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        """Whether it was asked to stop (its server may still be shutting down: see :attr:`done`)."""
+        return self._stop.is_set()
+
+    async def ended(self, within_s: float = 10.0) -> None:
+        """Wait (``within_s`` at most) until the owner task has closed the session and its server is gone."""
+        with anyio.move_on_after(within_s):
+            await self.done.wait()
+
 
 def _connection_closed() -> int:
     from mcp.types import CONNECTION_CLOSED
@@ -364,17 +386,18 @@ class MCPToolkit(_ServerTools, _SessionGroup, LineageBackend[_Link]):
     @classmethod
     def stdio(cls, command: str, *args: str, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
               sandbox: SandboxKind | None = None, source: str | Path | None = None,
-              call_timeout_s: float = CALL_TIMEOUT_S, **sandbox_options: Any) -> MCPToolkit | MCPSandboxToolkit:
+              call_timeout_s: float = CALL_TIMEOUT_S,
+              **sandbox_options: Any) -> MCPToolkit | MCPSandboxToolkit | MCPDockerToolkit:
         """A server started as ``command *args`` and spoken to over its stdin/stdout.
 
-        ``sandbox="overlay"`` (or ``"copy"``) runs it inside a forkable sandbox instead, its working directory a tree
-        first filled from ``source`` (:class:`MCPSandboxToolkit`; ``cwd`` does not apply there).
+        ``sandbox="overlay"`` (or ``"copy"``, or ``"docker"``) runs it inside a forkable sandbox instead, its
+        working directory a tree first filled from ``source`` (:func:`sandboxed_toolkit`; ``cwd`` does not apply
+        there).
         """
         server = MCPServer(command=command, args=tuple(args), env=dict(env or {}),
                            cwd=str(cwd) if cwd is not None else None, call_timeout_s=call_timeout_s)
         if sandbox is not None:
-            return MCPSandboxToolkit(server, Path(source) if source is not None else None, mode=sandbox,
-                                     **sandbox_options)
+            return sandboxed_toolkit(server, sandbox, source, **sandbox_options)
         if source is not None or sandbox_options:
             raise ConfigError("source and sandbox options apply only to a server in a sandbox (sandbox='overlay')")
         return cls(server)
@@ -494,13 +517,132 @@ async def _transport(server: MCPServer, argv: Sequence[str] | None = None, cwd: 
 # --------------------------------------------------------------------------- a server inside a sandbox
 
 
+class _ServerPerTree(_ServerTools, _SessionGroup):
+    """One copy of a stdio server per sandbox state (a tree, a container), for the sandboxed toolkits.
+
+    Mixed in before a :class:`~agentspec.snapshot.LineageBackend` whose states carry ``dirty`` (set by a call that
+    may write).  A state's server starts on its first call and is stopped, and waited for, before the state is
+    frozen (only when a call may have written: a snapshot must not catch a write half done), promoted or dropped,
+    so no server outlives or straddles its state.  A subclass says how a server over a state is reached
+    (:meth:`_server_transport`).
+    """
+
+    kind = "mcp-sandbox"
+    unlisted = Effect.MUTATING  # a tool it never listed runs only in a fork until committed, like any sandbox tool
+    _servers: weakref.WeakKeyDictionary[Any, _Session]
+
+    def _init_servers(self, server: MCPServer) -> None:
+        if server.command is None:
+            raise ConfigError("only a stdio server (a command) can run inside a sandbox, not a URL")
+        self.server = server
+        self._servers = weakref.WeakKeyDictionary()
+        self._specs = {}
+
+    def _server_transport(self, state: Any) -> Transport:
+        """How to start and reach the server over ``state`` (the SDK's read and write streams)."""
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        """Start the sandbox, then the server over the live state, and read its tools."""
+        if self.group is not None:
+            return
+        await self._enter_group()
+        try:
+            await super().start()  # type: ignore[misc]
+            session = await self._server_for(self._require_live())  # type: ignore[attr-defined]
+            self._specs = {tool["name"]: ToolSpec.from_mcp(tool, forkable=True) for tool in session.tools}
+        except BaseException:
+            await self._leave_group(list(self._servers.values()))
+            with anyio.CancelScope(shield=True):
+                await super().close()  # type: ignore[misc]
+            raise
+
+    async def close(self) -> None:
+        """Stop every server, then remove the sandbox's states."""
+        sessions = list(self._servers.values())
+        self._servers.clear()
+        await self._leave_group(sessions)
+        with anyio.CancelScope(shield=True):
+            await super().close()  # type: ignore[misc]
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()  # not shielded by a scope of its own: see _SessionGroup
+
+    def _deadline_s(self) -> float | None:
+        return self.server.call_timeout_s + self.server.connect_timeout_s + 5.0
+
+    async def _run(self, state: Any, step: Any, call: ToolCall, requestor: Requestor) -> Observation:
+        if self.effect(call.name) is not Effect.READ_ONLY:
+            state.dirty = True  # set first: a call killed half way may still have written
+        try:
+            session = await self._server_for(state)
+        except EnvError as exc:
+            return self._label(error_observation(call, requestor, str(exc)))  # type: ignore[attr-defined]
+
+        return await _observe(session, call, requestor, session.stop)  # replaced by the next call on the state
+
+    async def _server_for(self, state: Any) -> _Session:
+        """The server running over ``state``, started on first use (the caller holds the state's branch lock).
+
+        A broken server is replaced only once it is gone: one server per state at a time (the Docker toolkit's
+        shutdown of a server kills every process in its container)."""
+        session = self._servers.get(state)
+        if session is not None:
+            if not session.done.is_set() and not session.stopping:
+                return session
+            await session.ended()
+        if self.group is None:
+            raise EnvError(f"the MCP sandbox for {self.server.label} is closed")
+        session = _Session(self._server_transport(state), self.server, self.server.label)
+        await session.open(self.group)
+        self._servers[state] = session
+        return session
+
+    async def _stop_server(self, state: Any) -> None:
+        """Stop the server over ``state`` and wait until it is gone (its state is about to move or go)."""
+        session = self._servers.pop(state, None)
+        if session is not None:
+            session.stop()
+            await session.ended()
+
+    async def _freeze(self, state: Any) -> Any:
+        if state.dirty:  # an unchanged state is not frozen again (its snapshot is reused): its server may stay
+            await self._stop_server(state)
+        return await super()._freeze(state)  # type: ignore[misc]
+
+    async def _promote(self, state: Any, live: Any) -> Any:
+        await self._stop_server(state)
+        await self._stop_server(live)
+        return await super()._promote(state, live)  # type: ignore[misc]
+
+    async def _drop(self, state: Any) -> None:
+        await self._stop_server(state)
+        await super()._drop(state)  # type: ignore[misc]
+
+
+def sandboxed_toolkit(server: MCPServer, kind: SandboxKind, source: str | Path | None = None,
+                      **options: Any) -> MCPSandboxToolkit | MCPDockerToolkit:
+    """A fresh, unopened toolkit running the stdio ``server`` inside a sandbox of ``kind``, one copy per fork.
+
+    ``overlay``/``copy``: :class:`MCPSandboxToolkit` (bubblewrap on this host); ``docker``:
+    :class:`agentspec.mcp_docker.MCPDockerToolkit` (a container per fork).  ``source`` fills the live tree;
+    ``options`` go to the toolkit (the backend's options: ``limits``, ``image``...).
+    """
+    if kind not in SANDBOX_KINDS:
+        raise ConfigError(f"an MCP server's sandbox is one of {', '.join(SANDBOX_KINDS)}, not {kind!r}")
+    path = Path(source) if source is not None else None
+    if kind == "docker":
+        return MCPDockerToolkit(server, path, **options)
+    return MCPSandboxToolkit(server, path, mode=kind, **options)
+
+
 def _overlay_backend() -> type:
     from agentspec.sandbox.overlay import OverlayBackend
 
     return OverlayBackend
 
 
-class MCPSandboxToolkit(_ServerTools, _SessionGroup, _overlay_backend()):  # type: ignore[misc]
+class MCPSandboxToolkit(_ServerPerTree, _overlay_backend()):  # type: ignore[misc]
     """A stdio MCP server inside an overlay (or copy) sandbox: one copy of the server per fork, over its tree.
 
     See the module docstring for which servers this suits (state only in files under their working directory).
@@ -509,48 +651,15 @@ class MCPSandboxToolkit(_ServerTools, _SessionGroup, _overlay_backend()):  # typ
     :class:`~agentspec.sandbox.overlay.OverlayBackend`'s (``confinement="none"`` runs the servers unconfined).
     """
 
-    kind = "mcp-sandbox"
-    unlisted = Effect.MUTATING  # a tool it never listed runs only in a fork until committed, like any sandbox tool
-
-    def __init__(self, server: MCPServer, source: Path | None = None, *, mode: SandboxKind = "overlay",
+    def __init__(self, server: MCPServer, source: Path | None = None, *, mode: Literal["overlay", "copy"] = "overlay",
                  **options: Any) -> None:
         from agentspec.sandbox.program import RUNNER_FILE, SandboxProgram
         from agentspec.tools import Toolkit
 
-        if server.command is None:
-            raise ConfigError("only a stdio server (a command) can run inside a sandbox, not a URL")
+        self._init_servers(server)
         # The jail is the overlay backend's; its program (the one-shot tool runner) is never run here.
         super().__init__(SandboxProgram(Toolkit(), RUNNER_FILE), source, mode=mode, **options)
-        self.server = server
-        self._servers: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
-        self._specs: dict[str, ToolSpec] = {}
         self._here = Path.cwd()
-
-    async def start(self) -> None:
-        """Start the sandbox, then the server over the live tree, and read its tools."""
-        if self.group is not None:
-            return
-        await self._enter_group()
-        try:
-            await super().start()
-            session = await self._server_for(self._require_live())
-            self._specs = {tool["name"]: ToolSpec.from_mcp(tool, forkable=True) for tool in session.tools}
-        except BaseException:
-            await self._leave_group(list(self._servers.values()))
-            with anyio.CancelScope(shield=True):
-                await super().close()
-            raise
-
-    async def close(self) -> None:
-        """Stop every server, then unmount and delete the trees."""
-        sessions = list(self._servers.values())
-        self._servers.clear()
-        await self._leave_group(sessions)
-        with anyio.CancelScope(shield=True):
-            await super().close()
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()  # not shielded by a scope of its own: see _SessionGroup
 
     @property
     def isolation(self) -> dict[str, object]:
@@ -558,60 +667,9 @@ class MCPSandboxToolkit(_ServerTools, _SessionGroup, _overlay_backend()):  # typ
         runner do not apply to a server (one long-lived process per tree), so they read None."""
         return {**super().isolation, "memory_bytes": None, "pids": None, "servers": "one per tree"}
 
-    def _deadline_s(self) -> float | None:
-        return self.server.call_timeout_s + self.server.connect_timeout_s + 5.0
-
-    async def _run(self, tree: Any, step: Any, call: ToolCall, requestor: Requestor) -> Observation:
-        if self.effect(call.name) is not Effect.READ_ONLY:
-            tree.dirty = True  # set first: a call killed half way may still have written
-        try:
-            session = await self._server_for(tree)
-        except EnvError as exc:
-            return self._label(error_observation(call, requestor, str(exc)))
-
-        def broken() -> None:
-            session.stop()
-            if self._servers.get(tree) is session:
-                del self._servers[tree]
-
-        return await _observe(session, call, requestor, broken)
-
-    # ------------------------------------------------------------------ one server per tree
-
-    async def _server_for(self, tree: Any) -> _Session:
-        """The server running over ``tree``, started on first use (the caller holds the tree's branch lock)."""
-        session = self._servers.get(tree)
-        if session is not None and not session.done.is_set():
-            return session
-        if self.group is None:
-            raise EnvError(f"the MCP sandbox for {self.server.label} is closed")
+    def _server_transport(self, tree: Any) -> Transport:
         argv, cwd = self._argv(tree.view)
-        session = _Session(lambda: _transport(self.server, argv, cwd), self.server, self.server.label)
-        await session.open(self.group)
-        self._servers[tree] = session
-        return session
-
-    async def _stop_server(self, tree: Any) -> None:
-        """Stop the server over ``tree`` and wait until it is gone (its tree is about to move or go)."""
-        session = self._servers.pop(tree, None)
-        if session is not None:
-            session.stop()
-            with anyio.move_on_after(10):
-                await session.done.wait()
-
-    async def _freeze(self, tree: Any) -> Any:
-        if tree.dirty:  # an overlay freeze remounts the tree under the server: restart it on the new mount
-            await self._stop_server(tree)
-        return await super()._freeze(tree)
-
-    async def _promote(self, tree: Any, live: Any) -> Any:
-        await self._stop_server(tree)
-        await self._stop_server(live)
-        return await super()._promote(tree, live)
-
-    async def _drop(self, tree: Any) -> None:
-        await self._stop_server(tree)
-        await super()._drop(tree)
+        return lambda: _transport(self.server, argv, cwd)
 
     def _argv(self, view: Path) -> tuple[list[str], str]:
         """The jailed command line for a server over ``view``, and the directory it starts in."""
@@ -623,17 +681,94 @@ class MCPSandboxToolkit(_ServerTools, _SessionGroup, _overlay_backend()):  # typ
         if jail.kind == "none":
             return [resolved, *args], str(view)
         from agentspec.sandbox._host import _bwrap_base
+        from agentspec.sandbox.parent_guard import guarded
 
         reads = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), self._here.resolve()}
         binds = [word for path in sorted(reads) if path != Path("/") and not _under(path, Path("/usr"))
                  for word in ("--ro-bind", str(path), str(path))]
         env = [word for key, value in self.server.env.items() for word in ("--setenv", key, value)]
         workspace = "/workspace"
-        argv = [*_bwrap_base(jail.bwrap, jail.tmp_bytes), *binds, *env, "--bind", str(view), workspace,
-                "--chdir", workspace, resolved, *args]
+        argv = guarded([*_bwrap_base(jail.bwrap, jail.tmp_bytes), *binds, *env, "--bind", str(view), workspace,
+                        "--chdir", workspace, resolved, *args])
         return argv, str(view)
+
+
+def _docker_backend() -> type:
+    from agentspec.sandbox.docker_backend import DockerBackend
+
+    return DockerBackend
+
+
+class MCPDockerToolkit(_ServerPerTree, _docker_backend()):  # type: ignore[misc]
+    """A stdio MCP server inside the Docker sandbox: one copy of the server per container
+    (:mod:`agentspec.mcp_docker` says how it runs there, and in which image).
+
+    ``source``: the live workspace's initial files; ``image``: the sandbox image (default: the development image,
+    ``envs/sandboxes/dev.toml``, built once); ``packages``: the distributions copied in for a Python server; the
+    other options are :class:`~agentspec.sandbox.docker_backend.DockerBackend`'s (``limits``, ``commit_mode``,
+    ``client``, ``disk_cap``...).
+    """
+
+    kind = "mcp-docker"
+    _client: Any
+    _user: str
+
+    def __init__(self, server: MCPServer, source: Path | None = None, *, image: str | None = None,
+                 packages: Sequence[str] = ("mcp",), **options: Any) -> None:
+        from agentspec.sandbox.program import RUNNER_FILE, SandboxProgram
+        from agentspec.tools import Toolkit
+
+        self._init_servers(server)
+        # The container's PID 1 is the backend's runner (--init); its one-shot tool runs are never used here.
+        super().__init__(SandboxProgram(Toolkit(), RUNNER_FILE), source, image=image or "", **options)
+        self.base_image = image
+        self.packages = tuple(packages)
+        self.runtime: Any = None
+        self._here = Path.cwd()
+
+    async def start(self) -> None:
+        """Build (or find) the runtime image, start the live container and its server, and read the tools."""
+        from agentspec.mcp_docker import dev_image, runtime_image
+        from agentspec.sandbox import _docker
+
+        if self.group is not None:
+            return
+        server = self.server
+        assert server.command is not None
+        try:
+            if self._client is None:
+                self._client = await anyio.to_thread.run_sync(_docker.connect)
+            base = self.base_image or await _docker.call("building the development image", dev_image, self._client)
+            self.runtime = await _docker.call("preparing the MCP server's image", runtime_image, self.api, base,
+                                              server.command, server.args, server.env, packages=self.packages,
+                                              here=self._here)
+        except BaseException:
+            backend: Any = _docker_backend()  # its close: this toolkit's own stops servers it has not started
+            with anyio.CancelScope(shield=True):
+                await backend.close(self)
+            raise
+        self.image = self.runtime.tag
+        await super().start()
+
+    @property
+    def isolation(self) -> dict[str, object]:
+        """The Docker backend's: the container's limits bound its server too."""
+        return {**super().isolation, "servers": "one per container"}
+
+    async def _run(self, box: Any, step: Any, call: ToolCall, requestor: Requestor) -> Observation:
+        observation = await super()._run(box, step, call, requestor)
+        overrun = await self._disk_overrun(box)  # the backend's backstop behind a lazily applied disk quota
+        return error_observation(call, requestor, overrun) if overrun is not None else observation
+
+    def _server_transport(self, box: Any) -> Transport:
+        from agentspec.mcp_docker import exec_transport
+
+        container: str = box.container
+        if self.runtime is None:
+            raise EnvError(f"the MCP sandbox for {self.server.label} is not started")
+        runtime = self.runtime
+        return lambda: exec_transport(self.api, container, runtime, self._user, lambda: self._kill_all(container))
 
 
 def _under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
-

@@ -1,4 +1,7 @@
-"""Helpers for tests of the real local-model server: pull once, load once per process, serve on 127.0.0.1."""
+"""Helpers for tests of the real local-model server: pull once, load once per process, serve on 127.0.0.1.
+
+``one_thread`` is a module fixture: ``from local_models import one_thread  # noqa: F401`` applies it to a module.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from starlette.applications import Starlette
 
 from agentspec.models.registry import pull
-from agentspec.serve import ServerThread, load_engines
+from agentspec.serve import Engine, ServerThread, create_app, load_engines
 
 WEATHER_TOOLS: list[dict[str, Any]] = [
     {
@@ -51,6 +56,30 @@ def served(name: str) -> Iterator[ServerThread]:
     pull(name)
     with ServerThread(load_engines([name])) as server:
         yield server
+
+
+def engines_by_decoder(name: str) -> dict[str, dict[str, Engine]]:
+    """Registry model ``name`` (pulled if needed; loaded once per process) in new engines, ``"greedy"`` and
+    ``"toolspec"`` (``agentspec serve --decoder toolspec``): fresh prefix caches and stats per call."""
+    pull(name)
+    return {"greedy": load_engines([name]), "toolspec": load_engines([name], decoder="toolspec")}
+
+
+def apps_by_decoder(name: str) -> dict[str, Starlette]:
+    """The server's app over each of :func:`engines_by_decoder`, for in-process requests (``httpx.ASGITransport``)."""
+    return {decoder: create_app(engines) for decoder, engines in engines_by_decoder(name).items()}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """One torch thread in the module that imports this fixture: the models are small, so one intra-op thread is
+    about as fast, and far faster on a busy machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def stats(server: ServerThread, model: str) -> dict[str, Any]:

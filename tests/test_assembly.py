@@ -71,6 +71,12 @@ def test_scripted_turns_split_the_gold_script_between_agent_and_user():
     assert turns == [[a], [d]]
     decisions, turns = scripted_turns([("assistant", b)])
     assert decisions == [b] and turns == [[]]
+    # Runs of several agent calls between user turns: every decision keeps an id of its own (replays pair each
+    # call with its result by id; the ids once repeated after a third call in a run).
+    script = [("assistant", a), ("assistant", b), ("assistant", c), ("user", d), ("assistant", a), ("assistant", b)]
+    decisions, _ = scripted_turns(script)
+    ids = [x.id for x in decisions]
+    assert len(set(ids)) == len(ids) == 6, ids
 
 
 def test_every_mode_runs_in_normal_mode_with_the_oracle(tau2_dir, tmp_path, capsys):

@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-import torch
 from decoding_support import SMOL, local, tiny_model
-from local_models import WEATHER_TOOLS
+from local_models import WEATHER_TOOLS, apps_by_decoder, one_thread  # noqa: F401 - one_thread: a module fixture
 
 from agentspec.decoding.decoder import ToolSpecDecoder
 from agentspec.decoding.grammar import render_call
 from agentspec.decoding.serving import ServingDecoder
-from agentspec.serve import Engine, create_app, load_engines
+from agentspec.serve import Engine, create_app
 from agentspec.serve.llama_cpp import ChatExtensions
 from agentspec.serve.protocol import MAX_CHAIN_STEPS
 
@@ -35,18 +33,9 @@ OBSERVATIONS = ["Call get_time with zone Asia/Tokyo next.", "09:30", "Rome: 24 C
 DIVERTING = "Error: unknown city. Did you mean Lyon?"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def apps() -> dict[str, Any]:
-    local(SMOL)
-    return {"greedy": create_app(load_engines([SMOL])), "toolspec": create_app(load_engines([SMOL], decoder="toolspec"))}
+    return apps_by_decoder(SMOL)
 
 
 async def _call(app: Any, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-import torch
 from decoding_support import QWEN, SMOL, chat_prompt, local, plain_greedy
-from local_models import WEATHER_TOOLS
+from local_models import WEATHER_TOOLS, apps_by_decoder, one_thread  # noqa: F401 - one_thread: a module fixture
 from pydantic import BaseModel
 
 from agentspec.cli import build_parser
 from agentspec.decoding.decoder import ToolSpecDecoder, default_drafters
 from agentspec.decoding.grammar import tool_grammar
 from agentspec.decoding.retrieval_drafter import CallHistory
-from agentspec.serve import create_app, load_engines
 from agentspec.serve.prompt import render_prompt
 from agentspec.serve.protocol import ChatRequest
 
@@ -41,18 +38,9 @@ class Forecast(BaseModel):
 DEFS_TOOLS = [{"type": "function", "function": {"name": "forecast", "parameters": Forecast.model_json_schema()}}]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def apps() -> dict[str, Any]:
-    local(SMOL)
-    return {"greedy": create_app(load_engines([SMOL])), "toolspec": create_app(load_engines([SMOL], decoder="toolspec"))}
+    return apps_by_decoder(SMOL)
 
 
 def post(app: Any, body: dict[str, Any]) -> Any:

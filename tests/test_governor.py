@@ -65,9 +65,15 @@ def test_a_costly_speculator_is_paused_and_the_run_is_not_slower(tau2_dir, capsy
     assert verdict["paused"] and verdict["paused_at_step"] <= 15, verdict
     assert verdict["cost_s"] > verdict["saving_s"] and "costs the authority" in verdict["reason"]
     assert "governor" not in summary["modes"]["sequential"]  # nothing to govern
-    # Measured side by side: speculation stopped costing once paused, so sa is not slower beyond a margin
-    # (without the governor every one of the 30 decisions would run about 5x slower).
-    assert summary["speedup_vs_sequential"]["sa"] >= 0.7, summary["speedup_vs_sequential"]
+    # Side by side with the same machine ungoverned: there every one of the 30 decisions runs about 5x slower
+    # (sa near 0.25x); governed, only those before the pause do.  Compared as ratios of ratios, each measured
+    # against sequential in its own run, so a loaded machine moves both alike (an absolute floor did not hold on
+    # CI's fresh Debian: 0.67x there, 0.8x-1.0x here).
+    ungoverned = run(capsys, SharedMachine(speculator_s=0.05, slowdown=5.0, speculator_right=False), tau2_dir,
+                     "--no-governor")
+    assert "governor" not in ungoverned["modes"]["sa"]
+    governed_sa, ungoverned_sa = summary["speedup_vs_sequential"]["sa"], ungoverned["speedup_vs_sequential"]["sa"]
+    assert governed_sa >= 1.5 * ungoverned_sa, (governed_sa, ungoverned_sa)
 
 
 def test_a_cheap_useful_speculator_is_not_paused(tau2_dir, capsys, tmp_path):

@@ -51,6 +51,7 @@ ENV_EXTENSION_MODULES = frozenset({
     "agentspec.errors",  # the error tree
     "agentspec.data",  # DataSpec: how a benchmark declares and verifies the data it needs
     "agentspec.mcp",  # MCPToolkit: an MCP server's tools as a snapshot backend (the mcp bench)
+    "agentspec.pinned_venv",  # PinnedVenv: a benchmark's own package in a private venv (AppWorld)
 })
 
 # Imports of agentspec internals an environment is allowed for now, each with the issue that removes it (none

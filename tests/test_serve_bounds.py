@@ -9,21 +9,19 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-import torch
-from decoding_support import SMOL, local
-from local_models import WEATHER_TOOLS
+from decoding_support import SMOL
+from local_models import WEATHER_TOOLS, engines_by_decoder, one_thread  # noqa: F401 - one_thread: a module fixture
 
 from agentspec.cli import build_parser
 from agentspec.cli.commands.serve import serve_command
 from agentspec.decoding import drafter as drafter_module
 from agentspec.decoding.drafter import MAX_BOX_BYTES, MAX_BOX_HINTS, HintBox
-from agentspec.serve import ServerThread, create_app, load_engines
+from agentspec.serve import ServerThread, create_app
 from agentspec.serve import server as server_module
 from agentspec.serve.app import HINT_THREADS
 from agentspec.serve.protocol import MAX_HINT_BYTES, MAX_HINTS, MAX_HINTS_BYTES
@@ -41,18 +39,9 @@ ENDLESS = {"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}}, "requir
            "$defs": {"A": {"type": "object", "properties": {"b": {"$ref": "#/$defs/A"}}, "required": ["b"]}}}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def engines() -> dict[str, Any]:
-    local(SMOL)
-    return {"greedy": load_engines([SMOL]), "toolspec": load_engines([SMOL], decoder="toolspec")}
+    return engines_by_decoder(SMOL)
 
 
 def _noise(size: int, seed: int) -> str:

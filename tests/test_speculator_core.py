@@ -17,7 +17,14 @@ from agentspec.normalize import Normalizer, patterns_from_table
 from agentspec.runtime.policies import DraftedHistory
 from agentspec.snapshot import InProcessBackend
 from agentspec.speculator.artifact import Artifact, FittedOn, load
-from agentspec.speculator.fit import fit
+from agentspec.speculator.fit import (
+    HISTORY_MIN_SCORE,
+    HISTORY_SCORE,
+    LOOKAHEAD_MIN_SCORE,
+    LOOKAHEAD_SCORE,
+    decision_list,
+    fit,
+)
 from agentspec.speculator.lookahead import ForkLookahead, Probe
 from agentspec.speculator.policy import LearnedSpeculator
 from agentspec.speculator.sources import Source
@@ -84,6 +91,21 @@ def test_back_off_to_shorter_contexts_when_the_history_is_new() -> None:
     guesses = model.predict(text, strange, None, k=3)
     assert guesses, "no guess after an unseen history"
     assert {g.call.name for g in guesses if g.call is not None} <= {"lookup", "refund", "note"}
+
+
+def test_the_usual_first_call_is_guessed_though_most_tasks_start_otherwise() -> None:
+    # Three of seven tasks start with ``check``, the rest with one of four other calls; every task ends once, so
+    # the back-off's empty context ranks the end first.  The history rules keep "first call: check" (right 3 of
+    # 7, less often than wrong) before that back-off; the look-ahead rules' floor would drop it.
+    firsts = ["check", "check", "check", "reset", "restart", "renew", "refill"]
+    trajectories = [Trajectory(f"t{i}", "the same text for every task",
+                               ((ToolCall(name=name, arguments={}), obs(name, "ok")),), "synthetic")
+                    for i, name in enumerate(firsts)]
+    model = fitted(trajectories)
+    assert model.predict("the same text for every task", [], None)[0].call == ToolCall(name="check", arguments={})
+    examples = [(frozenset({"pos:0"}), name) for name in firsts]
+    assert [r.then for r in decision_list(examples, score=HISTORY_SCORE, min_score=HISTORY_MIN_SCORE)] == ["check"]
+    assert decision_list(examples, score=LOOKAHEAD_SCORE, min_score=LOOKAHEAD_MIN_SCORE) == []
 
 
 def lookahead_trajectories() -> list[Trajectory]:

@@ -55,9 +55,10 @@ def add_parser(sub: Any) -> None:
     server.add_argument("--mcp", metavar="'COMMAND ARGS'", help="start this stdio MCP server (one shell-quoted line; "
                         "python is the interpreter running agentspec)")
     server.add_argument("--mcp-url", metavar="URL", help="talk to the streamable HTTP MCP server at URL")
-    mcp.add_argument("--mcp-sandbox", choices=["overlay", "copy"], help="run the --mcp server inside a forkable "
-                     "sandbox, one copy per fork over its own tree, so its state-changing tools can be speculated "
-                     "(only for servers whose whole state is files under their working directory)")
+    mcp.add_argument("--mcp-sandbox", choices=["overlay", "copy", "docker"], help="run the --mcp server inside a "
+                     "forkable sandbox, one copy per fork over its own tree (docker: its own container), so its "
+                     "state-changing tools can be speculated (only for servers whose whole state is files under "
+                     "their working directory)")
     tasks = mcp.add_mutually_exclusive_group()
     tasks.add_argument("--task", metavar="TEXT", help="the one task to give the agent")
     tasks.add_argument("--tasks", metavar="FILE.jsonl", help="tasks, one JSON object a line: task, and optionally "

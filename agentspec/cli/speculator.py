@@ -3,13 +3,17 @@
 
     agentspec speculator fit --bench tau2-telecom --split train --data-dir DIR --out runs/spec.json
     agentspec speculator score --bench tau2-telecom --split test --speculator runs/spec.json [--lookahead]
+    agentspec speculator fit --bench gaia --split validation --backend none --bench-option search=local --out F.json
+
+Both open the bench as ``agentspec run`` does (``--backend``, ``--bench-option KEY=VALUE``), so a bench that
+needs a sandbox backend or its own settings is fitted and scored the way it is run.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentspec.cli.flags import POSITIVE, add_data_dir, add_unverified_data, number
+from agentspec.cli.flags import POSITIVE, add_bench_options, add_data_dir, add_unverified_data, number
 
 
 def add_parser(sub: Any) -> None:
@@ -30,6 +34,7 @@ def add_parser(sub: Any) -> None:
                      help="at most N look-ahead calls per prediction wherever the file is used (default: all probes)")
     add_data_dir(fit)
     add_unverified_data(fit)
+    add_bench_options(fit)
     fit.add_argument("--out", required=True, help="the speculator file to write, e.g. runs/spec.json (the same "
                      "inputs give the same bytes)")
     fit.set_defaults(handler="agentspec.cli.speculator:on_data", on_data="fit_command")
@@ -50,6 +55,7 @@ def add_parser(sub: Any) -> None:
     score.add_argument("--seed", type=number(int, ge=0), default=0, help="seeds the --folds shuffle")
     add_data_dir(score)
     add_unverified_data(score)
+    add_bench_options(score)
     score.set_defaults(handler="agentspec.cli.speculator:on_data", on_data="score_command")
 
 

@@ -19,7 +19,12 @@ Hints (module :mod:`agentspec.decoding.hint_drafter`): every request has a
 :class:`~agentspec.decoding.drafter.HintBox`; ``generate(..., hints=[text])``
 or ``Generation.hints.put(text, source="spork")`` from any thread adds a
 predicted completion at any time, and the next tree built after that takes
-it as branches.  Nothing ever waits for a hint.
+it as branches.  Nothing ever waits for a hint.  A hint that has matched the
+output from its start is a :class:`~agentspec.decoding.drafter.Unit`: it
+takes the tree budget before any other draft, the pruner bets on it whole,
+and every forward teaches the decoder how often such bets of its source are
+right (``<source>.whole`` in :attr:`ToolSpecDecoder.acceptance`), so a right
+guess given with the request costs two forwards (the prompt's, then one tree).
 """
 
 from __future__ import annotations
@@ -30,13 +35,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentspec.decoding.budget import DEFAULT_COST, AcceptanceModel, ForwardCost, prune
-from agentspec.decoding.drafter import Drafter, DraftRequest, DraftState, HintBox
+from agentspec.decoding.budget import DEFAULT_COST, AcceptanceModel, ForwardCost, prune, unit_nodes
+from agentspec.decoding.drafter import Drafter, DraftRequest, DraftState, HintBox, Unit
 from agentspec.decoding.greedy import NEAR_TIE, Choice, GreedyChooser
 from agentspec.decoding.kv_cache import Reuse, TargetSequence
 from agentspec.decoding.stats import DraftStats
 from agentspec.decoding.token_tree import DEFAULT_BUDGET, TokenTree
-from agentspec.decoding.verifier import NearTie, Verifier
+from agentspec.decoding.verifier import NearTie, Verdict, Verifier
 from agentspec.models.local import LocalModel, require
 
 __all__ = ["DecodeResult", "Generation", "ToolSpecDecoder", "default_drafters"]
@@ -198,12 +203,13 @@ class Generation:
         output = self.state.output
         began = time.perf_counter()
         tree = TokenTree(root=output[-1], budget=self.decoder.budget)
+        units: list[Unit] = []
         if self._plain_next:
             self._plain_next = False
         else:
-            self._draft(tree)
+            tree, units = self._draft(output[-1])
             if self.decoder.cost is not None:
-                tree = prune(tree, self.decoder.acceptance, self.decoder.cost)
+                tree = prune(tree, self.decoder.acceptance, self.decoder.cost, units)
         drafted = time.perf_counter()
         self.stats.time("draft", drafted - began)
         verdict = self.decoder.verifier.verify(
@@ -213,6 +219,7 @@ class Generation:
         self.stats.time("verify", time.perf_counter() - drafted)
         for source, accepted in verdict.tested:
             self.decoder.acceptance.observe(source, accepted)
+        self._judge_units(tree, units, verdict)
         self.stats.forward(len(verdict.tokens), tree.drafts)
         self._count(tree, verdict.sources, verdict.near_ties)
         if verdict.recheck:
@@ -244,15 +251,34 @@ class Generation:
         self._finished = finish is not None
         return [choice], finish
 
-    def _draft(self, tree: TokenTree) -> None:
+    def _draft(self, root: int) -> tuple[TokenTree, list[Unit]]:
+        """The drafters' proposals merged in their order into one tree of at most the decoder's budget, the
+        units the drafters declared taking it first; and those units."""
+        budget = self.decoder.budget
+        # Every drafter may propose a full tree (a hint drafted whole must not be cut to the room the schema
+        # drafter left); the merge is trimmed to the budget afterwards.
+        tree = TokenTree(root=root, budget=budget * max(1, len(self.decoder.drafters)))
+        self.state.units.clear()
+        self._merge(tree, budget)
+        units = list(self.state.units)
+        if tree.drafts > budget:
+            first = dict.fromkeys(node for unit in units for node in unit_nodes(tree, unit.tokens))
+            rest = [node for node in range(1, len(tree)) if node not in first]
+            # Units hang from the root and the rest is in insertion order (parents first): every prefix keeps
+            # each kept node's parent.
+            tree = tree.subtree([0, *first, *rest][: budget + 1])
+        tree.budget = budget
+        return tree, units
+
+    def _merge(self, tree: TokenTree, budget: int) -> None:
         matcher = self.state.matcher
         vocab = self.decoder.lm.vocab_size
         for drafter in self.decoder.drafters:
-            if tree.room <= 0:
+            if tree.drafts >= budget:
                 break
             began = time.perf_counter()
             try:
-                proposal = drafter.propose(self.state, tree.room)
+                proposal = drafter.propose(self.state, budget)
             except Exception as exc:  # drafts are only proposals: a failing drafter costs speed, never the answer
                 if not self.stats.drafter_errors[drafter.name]:
                     _log.warning("drafter %s failed (%s: %s); decoding goes on without it",
@@ -279,6 +305,18 @@ class Generation:
                         break
                     parent = child
             self.stats.time(f"draft.{drafter.name}", time.perf_counter() - began)
+
+    def _judge_units(self, tree: TokenTree, units: list[Unit], verdict: Verdict) -> None:
+        """Teach the acceptance model whether each unit the forward checked was right as far as it was sent."""
+        for unit in units:
+            chain = [tree.tokens[node] for node in unit_nodes(tree, unit.tokens)]
+            if not chain:
+                continue
+            matched = next((i for i, (a, b) in enumerate(zip(chain, verdict.tokens)) if a != b),
+                           min(len(chain), len(verdict.tokens)))
+            if matched < len(chain) and matched == len(verdict.tokens) and verdict.finish != "stop":
+                continue  # the walk stopped before judging the rest (a near tie, the token limit): no evidence
+            self.decoder.acceptance.observe(unit.source, matched == len(chain))
 
     def _recycle(self, token: int, logits: Any) -> None:
         torch = self.seq.torch

@@ -29,6 +29,12 @@ canonical tokenization in context decides); the verifier then accepts
 Per-request data a drafter derives once (an index of the prompt, a grammar
 clone) goes in ``state.request.memo[drafter.name]``; it lives and dies with
 the request.
+
+A drafter that proposes a chain it vouches for as a whole (a hint that has
+matched the output from its start: right to its end or wrong somewhere)
+also declares it in ``state.units`` as a :class:`Unit`; the decoder gives
+units the tree budget first, and its pruner judges each as one bet (right
+as a whole, learned per source) rather than token by token.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from agentspec.decoding.token_tree import TokenTree
 from agentspec.models.local import LocalModel
 
 __all__ = [
-    "DraftRequest", "DraftState", "Drafter", "Hint", "HintBox", "MAX_BOX_BYTES", "MAX_BOX_HINTS", "text_bytes",
+    "DraftRequest", "DraftState", "Drafter", "Hint", "HintBox", "MAX_BOX_BYTES", "MAX_BOX_HINTS", "Unit", "text_bytes",
     "tokens_in_context",
 ]
 
@@ -177,6 +183,17 @@ class DraftRequest:
         return text
 
 
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A drafted chain from the root that is right as a whole or wrong somewhere (module docstring).
+
+    ``source`` keys the acceptance of the whole chain (``hint.speculator.whole``); ``tokens`` continue the output.
+    """
+
+    source: str
+    tokens: tuple[int, ...]
+
+
 @dataclass(eq=False)
 class DraftState:
     """The committed output so far; ``output[-1]`` is the pending token every tree is rooted at."""
@@ -187,6 +204,8 @@ class DraftState:
     """The grammar state after ``output`` (llguidance ``LLMatcher``); drafters ``deep_copy`` it, never consume."""
     successors: dict[int, list[int]] = field(default_factory=dict)
     """Token recycling: the target's top next tokens after each token, from earlier forwards."""
+    units: list[Unit] = field(default_factory=list)
+    """The chains drafters vouch for as a whole in the tree being built (the decoder clears it every step)."""
     _bytes: bytearray = field(default_factory=bytearray)
     _counted: int = 0
 

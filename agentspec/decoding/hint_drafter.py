@@ -19,7 +19,11 @@ How hints are given:
   :class:`~agentspec.decoding.decoder.Generation` from any thread.
 
 Alignment: while the output is a prefix of a hint, the rest of the hint is
-drafted; once they differ (the model wrote another value), the end of the
+drafted whole (up to ``max_whole_chars``) and declared a
+:class:`~agentspec.decoding.drafter.Unit` (source ``<hint source>.whole``):
+the decoder gives it the tree budget first and the pruner bets on it as one
+piece, so a right guess given from the first forward is verified in the next
+one; once they differ (the model wrote another value), the end of the
 output is looked up in the hint with a suffix automaton and what followed it
 there is drafted, so a hint with one wrong argument still drafts the
 structure and the other arguments.  Example: hint ``{"name": "f",
@@ -35,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentspec.decoding.drafter import DraftState, Hint
+from agentspec.decoding.drafter import DraftState, Hint, Unit
 from agentspec.decoding.token_tree import TokenTree
 
 __all__ = ["HintDrafter"]
@@ -46,9 +50,12 @@ class HintDrafter:
 
     name = "hint"
 
-    def __init__(self, *, max_chars: int = 160, min_match: int = 3) -> None:
+    def __init__(self, *, max_chars: int = 160, min_match: int = 3, max_whole_chars: int = 1024) -> None:
         self.max_chars = max_chars
         self.min_match = min_match
+        # An aligned hint is drafted whole, but a step tokenizes it again: bound that work (the tree budget cuts
+        # the tokens anyway; 1024 characters are more tokens than a 64-node tree holds in any tokenizer here).
+        self.max_whole_chars = max_whole_chars
 
     def propose(self, state: DraftState, budget: int) -> TokenTree:
         tree = TokenTree(root=state.output[-1], budget=budget)
@@ -60,15 +67,19 @@ class HintDrafter:
         for hint in hints:
             if tree.room <= 0:
                 break
-            for piece in self._pieces(memo, hint, text):
+            if hint.text.startswith(text):
+                rest = hint.text[len(text) : len(text) + self.max_whole_chars]
+                for tokens in state.continuations(rest):
+                    _add_piece(tree, tokens, hint.source)
+                    state.units.append(Unit(f"{hint.source}.whole", tuple(int(t) for t in tokens)))
+                continue
+            for piece in self._realigned(memo, hint, text):
                 for tokens in state.continuations(piece):
                     _add_piece(tree, tokens, hint.source)
         return tree
 
-    def _pieces(self, memo: dict[int, Any], hint: Hint, text: str) -> list[str]:
-        if hint.text.startswith(text):
-            rest = hint.text[len(text) : len(text) + self.max_chars]
-            return [rest] if rest else []
+    def _realigned(self, memo: dict[int, Any], hint: Hint, text: str) -> list[str]:
+        """What followed the output's end in ``hint``, once the output has left it."""
         entry = memo.get(id(hint))
         if entry is None:
             # The box's hints come indexed (built when put, off the decoding step); a bare Hint is indexed here.

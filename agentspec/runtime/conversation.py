@@ -123,8 +123,9 @@ def scripted_turns(actions: Sequence[tuple[str, ToolCall]]) -> tuple[list[ToolCa
         if requestor == "user":
             decisions.append(say(HANDOVER, f"say_{len(decisions)}"))
             turns.append(calls)
-        else:
-            decisions.extend(c.model_copy(update={"id": f"gold_{len(decisions) + i}"}) for i, c in enumerate(calls))
+        else:  # ids by position in the decisions: unique, as replays pair each call with its result by id
+            start = len(decisions)
+            decisions.extend(c.model_copy(update={"id": f"gold_{start + i}"}) for i, c in enumerate(calls))
     return decisions, turns
 
 

@@ -34,6 +34,7 @@ from typing import Literal, get_args
 import anyio
 
 from agentspec.errors import ConfigError, SnapshotError
+from agentspec.sandbox.parent_guard import guarded
 from agentspec.sandbox.program import RUNNER_FILE, SANDBOX_DIR, WORKSPACE
 
 Confinement = Literal["bwrap", "none"]
@@ -91,13 +92,13 @@ class HostJail:
         if self.kind == "none":
             return [_python(), "-I", "-S", str(RUNNER_FILE)]
         assert self.bwrap is not None
-        return [
+        return guarded([
             *_bwrap_base(self.bwrap, self.tmp_bytes),
             "--bind", str(tree), WORKSPACE, "--chdir", WORKSPACE,
             "--ro-bind", str(RUNNER_FILE), f"{SANDBOX_DIR}/runner.py",
             "--ro-bind", str(self.ops_file), f"{SANDBOX_DIR}/ops.py",
             SANDBOX_PYTHON, "-I", "-S", f"{SANDBOX_DIR}/runner.py",
-        ]  # fmt: skip
+        ])  # fmt: skip
 
     def paths(self, tree: Path) -> tuple[str, str]:
         """(workspace, ops module) as the runner sees them."""

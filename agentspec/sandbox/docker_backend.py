@@ -712,15 +712,21 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         )
         code, out, err = await self._exec(box.container, payload)
         observation = runner_observation(call, requestor, code, out, err)
+        overrun = await self._disk_overrun(box)
+        return error_observation(call, requestor, overrun) if overrun is not None else observation
+
+    async def _disk_overrun(self, box: _Box) -> str | None:
+        """Why a call that may have written left ``box`` over its disk limit, or None (also for other subclasses'
+        calls: the MCP toolkit's server writes into the same container)."""
         if box.dirty and self._disk_cap == "storage-opt":  # a tmpfs cap is exact: no backstop needed
             written = await self._writable_bytes(box.container)
             # disk_bytes is set: the storage-opt cap is only ever chosen with a disk limit (_choose_disk_cap).
             if self.limits.disk_bytes is not None and written > self.limits.disk_bytes:
                 # The backstop behind the engine's quota, which btrfs applies lazily to some containers: the
                 # call that leaves the writable layer over the limit fails, and so does every later writing call.
-                return error_observation(call, requestor, f"the sandbox's writable layer holds {written} bytes, over "
-                                         f"its disk limit of {self.limits.disk_bytes} (Limits.disk_bytes)")
-        return observation
+                return (f"the sandbox's writable layer holds {written} bytes, over its disk limit of "
+                        f"{self.limits.disk_bytes} (Limits.disk_bytes)")
+        return None
 
     async def _writable_bytes(self, container: str) -> int:
         """The size of a container's writable layer (the engine's ``SizeRw``)."""

@@ -58,6 +58,7 @@ from agentspec.serve.completions import check_prompt_size, check_tools
 from agentspec.serve.engine import Engine
 from agentspec.serve.prompt import render_prompt
 from agentspec.serve.protocol import APIError, ChainRequest, ChatMessage, ChatRequest, parse_chain_request
+from agentspec.serve.sequence_job import SequenceJob
 
 __all__ = ["MAX_TREE_TOKENS", "ChainJob", "ChainVerdict", "StepPath", "prepare_chain"]
 
@@ -170,7 +171,7 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-class ChainJob:
+class ChainJob(SequenceJob):
     """One chain verification on the engine's steps (:class:`~agentspec.serve.engine.ForwardJob`).
 
     ``paths`` are the decisions in order; ``matcher`` is a fresh llguidance
@@ -182,24 +183,21 @@ class ChainJob:
 
     def __init__(self, lm: LocalModel, paths: list[StepPath], matcher: Any, *, prefill_chunk: int = 2048,
                  near_tie: float = NEAR_TIE) -> None:
-        self.lm = lm
-        self.paths = paths
-        self.matcher = matcher
-        self.near_tie = near_tie
-        self.chunk = prefill_chunk
         shared = min(_common(paths[0].tokens, path.tokens) for path in paths)
         # Everything the paths share but their last shared token is prefilled ahead (in chunks, like a prompt);
         # that token roots the verification forward.
-        self.target = paths[0].tokens[: max(min(shared, len(paths[0].prompt)) - 1, 0)]
+        super().__init__(lm, paths[0].tokens[: max(min(shared, len(paths[0].prompt)) - 1, 0)],
+                         prefill_chunk=prefill_chunk)
+        self.paths = paths
+        self.matcher = matcher
+        self.near_tie = near_tie
         self.lookup_tokens = paths[0].tokens
         self.linear = all(_common(a.tokens, b.tokens) == len(a.tokens) for a, b in zip(paths, paths[1:]))
         trie = TokenTree(root=-1, budget=sum(len(p.tokens) for p in paths))
         for path in paths:
             trie.add_path(path.tokens, "chain")
-        self.tree_tokens = trie.drafts - len(self.target)
+        self.tree_tokens = trie.drafts - len(self.ahead)
         """Tokens the verification forwards hold past the prefilled prefix (all paths' distinct tokens)."""
-        self.seq: TargetSequence | None = None
-        self._covered: list[int] = []
         self.verdict = ChainVerdict(steps=sum(not path.final for path in paths))
         self.computed = 0
         """Tokens computed so far (prefill, forwards, plain passes)."""
@@ -208,26 +206,16 @@ class ChainJob:
     # ------------------------------------------------------------ the engine's side
 
     @property
-    def covered(self) -> list[int]:
-        return list(self._covered)
-
-    def layers(self) -> list[tuple[Any, Any]]:
-        return self.seq.layers() if self.seq is not None else []
-
-    @property
     def prefilled(self) -> bool:
         # Only whole chunks go ahead; a shorter rest rides in the verification forward.
-        return len(self.target) - len(self._covered) < self.chunk
+        return self._remaining < self.chunk
 
     def start(self, reuse: Reuse) -> None:
-        cached = min(reuse[0], len(self.target))
-        self.seq = TargetSequence(self.lm, (cached, reuse[1]))
-        self._covered = self.target[:cached]
-        self.verdict.cached_tokens = cached
+        self.verdict.cached_tokens = self._open(reuse)
 
     def prefill(self) -> None:
         assert self.seq is not None
-        chunk = self.target[len(self._covered): len(self._covered) + self.chunk]
+        chunk = self._next_chunk()
         self.seq.forward(chunk)
         self._covered.extend(chunk)
         self.computed += len(chunk)

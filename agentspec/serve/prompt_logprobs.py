@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentspec.decoding.kv_cache import Reuse, TargetSequence
+from agentspec.decoding.kv_cache import Reuse
 from agentspec.models.local import LocalModel, require
+from agentspec.serve.sequence_job import SequenceJob
 
 __all__ = ["HEAD_ROWS", "PromptLogprobJob"]
 
@@ -30,41 +31,31 @@ HEAD_ROWS = 256
 Entry = dict[str, dict[str, Any]] | None
 
 
-class PromptLogprobJob:
+class PromptLogprobJob(SequenceJob):
     """The prompt's log-probabilities as an engine job (:class:`~agentspec.serve.engine.ForwardJob`)."""
 
     runs_model = False
 
     def __init__(self, lm: LocalModel, prompt: list[int], top: int, *, prefill_chunk: int = 2048) -> None:
+        # The last prompt token predicts nothing in the prompt: the generation computes it.
+        super().__init__(lm, prompt[:-1], prefill_chunk=prefill_chunk)
         self.lookup_tokens: list[int] = []  # nothing is reused: cached positions have no logits
-        self.lm = lm
         self.prompt = prompt
         self.top = top
-        self.chunk = prefill_chunk
-        self.seq: TargetSequence | None = None
-        self._covered: list[int] = []
         self.entries: list[Entry] = [None]
 
     @property
-    def covered(self) -> list[int]:
-        return list(self._covered)
-
-    def layers(self) -> list[tuple[Any, Any]]:
-        return self.seq.layers() if self.seq is not None else []
-
-    @property
     def prefilled(self) -> bool:
-        # The last prompt token predicts nothing in the prompt: the generation computes it.
-        return len(self._covered) >= len(self.prompt) - 1
+        return self._remaining <= 0
 
     def start(self, reuse: Reuse) -> None:
-        self.seq = TargetSequence(self.lm)
+        self._open((0, []))  # cached positions have no logits: every row is computed
 
     def prefill(self) -> None:
         """Compute the next chunk and the log-probabilities of the tokens its rows predict."""
         assert self.seq is not None
         start = len(self._covered)
-        chunk = self.prompt[start: min(start + self.chunk, len(self.prompt) - 1)]
+        chunk = self._next_chunk()
         hidden = self.seq.forward_hidden(chunk)
         self._covered.extend(chunk)
         for first in range(0, len(chunk), HEAD_ROWS):

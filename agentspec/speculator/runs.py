@@ -2,8 +2,8 @@
 :class:`~agentspec.speculator.policy.LearnedSpeculator` per episode with look-ahead through the episode's backend.
 
 Plain ``--speculator-model learned`` fits on the bench's train split once and keeps the file under
-``<cache>/speculators/<sha256>.json`` (the hash of the split's task texts and gold calls and of this format), so
-the next run with the same data reuses it; where it is goes to stderr.
+``<cache>/speculators/<sha256>.json`` (the hash of the split's task texts and gold calls, of this format and of the
+fit's revision), so the next run with the same data reuses it; where it is goes to stderr.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from agentspec.runtime.latency import LatencyModel
 from agentspec.snapshot import SnapshotBackend
 from agentspec.speculator.artifact import FORMAT, load
 from agentspec.speculator.command import fit_bench
+from agentspec.speculator.fit import FIT_REVISION
 from agentspec.speculator.lookahead import ForkLookahead
 from agentspec.speculator.model import SpeculatorModel
 from agentspec.speculator.policy import LearnedSpeculator
@@ -48,8 +49,9 @@ def model_at(path: str) -> SpeculatorModel:
 
 
 def split_digest(bench: Any, split: str = FIT_SPLIT) -> str:
-    """sha256 of what plain ``learned`` fits on: the format, and each task's text and gold calls."""
-    digest = hashlib.sha256(f"{FORMAT}\n{bench.name}\n{split}\n".encode())
+    """sha256 of what plain ``learned`` fits on: the format and the fit's revision, and each task's text and gold
+    calls."""
+    digest = hashlib.sha256(f"{FORMAT}\n{FIT_REVISION}\n{bench.name}\n{split}\n".encode())
     for task in sorted(bench.tasks(split), key=lambda t: t.id):
         calls = [c.canonical() for c in gold_calls(bench, task)]
         digest.update(canonical_json([task.id, task_text(bench, task), calls]).encode() + b"\n")

@@ -11,7 +11,11 @@ Three ways to act (``actions``), all function calling:
 
 * ``"api"`` (the default): one tool per API, ``<app>__<api>`` (``simple_note__create_note``),
   its schema and description from AppWorld's API docs, its effect from :mod:`envs.appworld.effects`; the
-  ``api_docs`` app's own APIs (``api_docs__show_api_doc`` ...) are the meta tools to look documentation up;
+  ``api_docs`` app's own APIs (``api_docs__show_api_doc`` ...) are the meta tools to look documentation up.
+  A task is offered the APIs of its ``required_apps`` (``apps=...`` overrides them) plus ``supervisor`` and
+  ``api_docs``; a task whose data has no ``required_apps.json`` (AppWorld ships it only with the full ground
+  truth: train and dev) is offered every app's, hundreds of tools: the run says so once on stderr, the episode's
+  evaluation has ``all_apps`` true and the mode's figures count those tasks as ``all_apps_tasks``;
 * ``"meta"`` (SMC's ``execute_api``/``show_api_doc`` style): the ``api_docs`` tools plus
   ``execute_api(app_name, api_name, arguments)`` (a few tools whatever
   the apps; every ``execute_api`` is mutating, since effects go by tool name and it may call any API);
@@ -33,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -74,6 +79,8 @@ INSTRUCTIONS = (
     "supervisor complete_task (give `answer` only if the task asks a question) and call `done`."
 )
 _TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
+ALWAYS_APPS = ("supervisor", "api_docs")
+"""Apps every task is offered beside its own: AppWorld's ``required_apps`` leaves them out (and ``admin``)."""
 
 
 # --- data ---------------------------------------------------------------------------------------
@@ -107,6 +114,8 @@ class AppWorldTask:
 
     @cached_property
     def required_apps(self) -> list[str] | None:
+        """The apps the task needs beyond ``supervisor`` (``[]``: none); None where the data does not say (its
+        ground truth is minimal)."""
         return self._json("required_apps.json")
 
     @cached_property
@@ -234,7 +243,7 @@ def api_tools(docs: Mapping[str, Mapping[str, dict[str, Any]]], apps: Iterable[s
 def _meta_code(docs: Mapping[str, Mapping[str, dict[str, Any]]]) -> Any:
     def code(arguments: dict[str, Any]) -> str:
         app, api, given = arguments.get("app_name"), arguments.get("api_name"), arguments.get("arguments") or {}
-        if app not in docs or api not in docs[app]:
+        if not isinstance(app, str) or app not in docs or api not in docs[app]:
             raise ValueError(f"no API {app}.{api}: look it up with the api_docs tools")
         if not isinstance(given, dict):
             raise ValueError("`arguments` must be an object of the API's parameters")  # noqa: TRY004 - shown to the agent
@@ -317,6 +326,9 @@ class AppWorldScore(BaseModel):
     failed: list[str]
     difficulty: int | None = None
     termination: TerminationReason
+    all_apps: bool = False
+    """The task's data names no required apps, so the agent was offered every app's API tools
+    (``--bench-option apps=...`` restricts them)."""
     end_state: dict[str, Any] | None = None
     """The task output AppWorld scored (:class:`envs.appworld.official.EndState`), for ``appworld evaluate``."""
 
@@ -375,17 +387,31 @@ class AppWorldBench:
         self.data = data
         self.actions = actions
         self.apps = list(apps) if apps else None
+        if self.apps:
+            self._check_apps(self.apps)
         self.timeout_s = timeout_s
         self._python = Path(python) if python else None
+        self._said_all_apps = False
 
     @classmethod
     def from_data_dir(cls, data_dir: str | Path | None = None, *, python: str | Path | None = None,
                       actions: str = "api", apps: str | Sequence[str] | None = None, **ignored: Any) -> AppWorldBench:
         """The user's AppWorld folder (``--data-dir`` or ``$APPWORLD_ROOT``); ``apps`` like ``"spotify,venmo"``
-        limits the API tools (default: the task's required apps where known, else all)."""
+        limits the API tools to those apps' (and ``supervisor``'s, ``api_docs``'s) for every task (default: the
+        task's required apps where known, else all)."""
         if isinstance(apps, str):
             apps = [app.strip() for app in apps.split(",") if app.strip()]
         return cls(AppWorldData.locate(data_dir), python=python, actions=actions, apps=apps)  # type: ignore[arg-type]
+
+    def _check_apps(self, apps: Sequence[str]) -> None:
+        unknown = sorted(set(apps) - set(self.data.api_docs))
+        if unknown:
+            raise ConfigError(f"--bench-option apps: no app {', '.join(unknown)} in the AppWorld data's API docs "
+                              f"(apps: {', '.join(self._own_apps())})")
+
+    def _own_apps(self) -> list[str]:
+        """The apps a task may require (every app of the API docs but those always offered, and ``admin``)."""
+        return sorted(set(self.data.api_docs) - {*ALWAYS_APPS, "admin"})
 
     @property
     def python(self) -> Path:
@@ -401,21 +427,45 @@ class AppWorldBench:
     # --- tasks ---------------------------------------------------------------------------------
 
     def tasks(self, split: str = "dev", task_ids: list[str] | None = None, limit: int | None = None) -> list[AppWorldTask]:
+        """The split's tasks (or ``task_ids``), at most ``limit``; the first selection with tasks offered every
+        app's tools says so on stderr (once per bench: the run's tasks are selected first)."""
+        chosen = self._select(split, task_ids, limit)
+        self._say_all_apps(chosen)
+        return chosen
+
+    def _select(self, split: str, task_ids: list[str] | None = None, limit: int | None = None) -> list[AppWorldTask]:
         chosen = [self.task(t) for t in task_ids] if task_ids else [self.task(t) for t in self.data.split_ids(split)]
         return chosen[:limit] if limit is not None else chosen
+
+    def _say_all_apps(self, tasks: Sequence[AppWorldTask]) -> None:
+        """One warning line, once: how many ``tasks`` get every app's API tools, and how many tools that is."""
+        wide = [task for task in tasks if self.all_apps(task)]
+        if self._said_all_apps or not wide:
+            return
+        self._said_all_apps = True
+        tools = len(self.tools(wide[0], solo=True))
+        print(f"warning: appworld: {len(wide)} of {len(tasks)} tasks (first: {wide[0].id}) have no required_apps in "
+              f"their data, so each is offered every app's API tools ({tools} tools in its prompt); restrict them "
+              f"with --bench-option apps=APP,APP (apps: {', '.join(self._own_apps())})", file=sys.stderr)
 
     def task(self, task_id: str) -> AppWorldTask:
         return self.data.task(task_id)
 
     # --- environment and tools -------------------------------------------------------------------
 
+    def all_apps(self, task: AppWorldTask) -> bool:
+        """Whether ``task`` is offered every app's API tools: ``api`` actions, no ``apps`` option, and no
+        ``required_apps`` in its data (an empty list is known: the task needs ``supervisor`` alone)."""
+        return self.actions == "api" and self.apps is None and task.required_apps is None
+
     def _tool_table(self, task: AppWorldTask) -> dict[str, ToolCode]:
         if self.actions == "code":
             return code_tools()
         if self.actions == "meta":
             return meta_tools(self.data.api_docs)
-        apps = self.apps or ([*task.required_apps, "supervisor"] if task.required_apps else list(self.data.api_docs))
-        return api_tools(self.data.api_docs, apps)
+        if self.all_apps(task):
+            return api_tools(self.data.api_docs, list(self.data.api_docs))
+        return api_tools(self.data.api_docs, [*(self.apps or task.required_apps or []), *ALWAYS_APPS])
 
     @asynccontextmanager
     async def open_backend(self, task: AppWorldTask, *, solo: bool) -> AsyncIterator[SnapshotBackend]:
@@ -468,7 +518,7 @@ class AppWorldBench:
     def distractors(self) -> list[ToolCall]:
         """Every distinct gold call of the train and dev splits that are there (but ``done``), sorted."""
         splits = [split for split in ("train", "dev") if (self.data.data / "datasets" / f"{split}.txt").is_file()]
-        gold = (call for split in splits for task in self.tasks(split) for _, call in self.gold_actions(task))
+        gold = (call for split in splits for task in self._select(split) for _, call in self.gold_actions(task))
         return distractors(call for call in gold if call.name != DONE)
 
     def value_patterns(self) -> list[tuple[str, str, str | None]]:
@@ -478,9 +528,11 @@ class AppWorldBench:
 
     def figures(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """``tgc`` and ``sgc`` (%) of one mode's episodes; an episode that failed before it was scored counts as a
-        task whose tests did not pass (its scenario is its task id's prefix)."""
+        task whose tests did not pass (its scenario is its task id's prefix).  ``all_apps_tasks``, only where
+        some were: the tasks offered every app's API tools (:meth:`all_apps`)."""
         outcomes = [{"scenario": _scenario(str(r["task_id"])), "success": r.get("reward") == 1.0} for r in records]
-        return completion_rates(outcomes)
+        wide = sum(self.all_apps(self.task(task_id)) for task_id in {str(r["task_id"]) for r in records})
+        return completion_rates(outcomes) | ({"all_apps_tasks": wide} if wide else {})
 
     async def evaluate(self, task: AppWorldTask, steps: Sequence[Step], termination: TerminationReason, *,
                        solo: bool, live: SnapshotBackend, final: dict[str, Any] | None = None) -> AppWorldScore:
@@ -491,7 +543,7 @@ class AppWorldBench:
             reward=1.0 if success else 0.0, success=success, scenario=task.scenario,
             num_tests=int(report.get("num_tests") or 0), passed=[p["requirement"] for p in report.get("passes", [])],
             failed=[f["requirement"] for f in report.get("failures", [])], difficulty=report.get("difficulty"),
-            termination=termination, end_state=report.get("end_state"))
+            termination=termination, all_apps=self.all_apps(task), end_state=report.get("end_state"))
 
     def write_outputs(self, out: Path, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Path]:
         """AppWorld's experiment outputs of each mode under ``out/appworld`` (an AppWorld root over the user's data),

@@ -29,7 +29,6 @@ import itertools
 import os
 import shutil
 import stat
-import sys
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 import anyio
 
 from agentspec.errors import EnvError, SnapshotError
+from agentspec.sandbox.parent_guard import guarded
 from envs.appworld.backend import MAX_REPLY_BYTES, WORKER, AppWorldTools, ToolCode, WorkerPipe, reply_output
 
 MAX_STATE_BYTES = 4 * 1024**3
@@ -46,11 +46,6 @@ TMP_BYTES = 256 * 1024**2
 """The size of a jail's private ``/tmp`` (in memory)."""
 ROOT_BYTES = 1024**3
 """The size of a jail's private AppWorld root (in memory; the user's data is mounted read-only inside it)."""
-# Sets RLIMIT_FSIZE (soft and hard: the jail cannot raise it) and becomes bubblewrap: each file the jail writes on
-# the host (its log, its /outbox) stops at the limit, with EFBIG (Python ignores SIGXFSZ).
-_LIMIT_FILES = ("import os, resource, sys\n"
-                "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))\n"
-                "os.execv(sys.argv[2], sys.argv[2:])\n")
 PATH = "/usr/local/bin:/usr/bin:/bin"
 INSTALL_BWRAP = "apt-get install bubblewrap"
 USERNS_HINT = ("unprivileged user namespaces look disabled: enable them (`sysctl -w kernel.unprivileged_userns_clone=1` "
@@ -75,8 +70,11 @@ def jail_argv(bwrap: str, python: Path, data: Path, home: Path, max_file_bytes: 
     binds = ["--ro-bind", str(venv.resolve()), str(venv)]
     if not prefix.is_relative_to("/usr"):
         binds += ["--ro-bind", str(prefix), str(prefix)]
-    return [
-        sys.executable, "-I", "-S", "-c", _LIMIT_FILES, str(max_file_bytes),
+    # Behind the guard: it ends the jail with agentspec, not with the (trio worker) thread that started it, as
+    # --die-with-parent alone would; and it sets RLIMIT_FSIZE (soft and hard: the jail cannot raise it), so each
+    # file the jail writes on the host (its log, its /outbox) stops at the limit, with EFBIG (Python ignores
+    # SIGXFSZ, and the jail inherits that).
+    return guarded([
         bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
         "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
         "--symlink", "usr/lib64", "/lib64", "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
@@ -87,7 +85,7 @@ def jail_argv(bwrap: str, python: Path, data: Path, home: Path, max_file_bytes: 
         "--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
         "--setenv", "APPWORLD_ROOT", JAIL_ROOT, "--setenv", "PYTHONUNBUFFERED", "1",
         str(python), "-I", "/agentspec/worker.py",
-    ]  # fmt: skip
+    ], file_bytes=max_file_bytes)  # fmt: skip
 
 
 def copy_out(outbox: Path, target: Path, limit: int = MAX_STATE_BYTES) -> None:

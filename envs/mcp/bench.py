@@ -4,13 +4,14 @@
         --task "Write down 'buy milk'" --agent-model URL
     agentspec run --bench mcp --mcp-url http://127.0.0.1:8000/mcp --tasks tasks.jsonl --agent-model URL
     agentspec run --bench mcp --mcp "python tests/servers/notes_server.py" --mcp-sandbox overlay ...
+    agentspec run --bench mcp --mcp "python tests/servers/notes_server.py" --mcp-sandbox docker ...
 
 Each line of a tasks file is a JSON object: ``task`` (the instruction), optionally ``id``, ``answer`` (the
 episode is solved only when the agent's final answer contains it, ignoring case) and ``gold`` (the reference
 calls, ``[{"name": ..., "arguments": {...}}]``, for ``--agent oracle`` and noisy-oracle speculators).
 
 Every episode opens its own connection (a stdio server is started afresh and stopped at the end; a sandboxed
-one runs over a fresh tree, filled from ``source`` when given).  The tools' effects come from the server's
+one runs over a fresh tree, or a fresh container with ``docker``, filled from ``source`` when given).  The tools' effects come from the server's
 annotations (:mod:`agentspec.mcp`); the tool list is read once, when the bench is built.  There is no user
 simulator: every episode is solo, and ends with ``done``.
 """
@@ -29,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentspec.bench.protocol import DONE_WITH_ANSWER, distractors
 from agentspec.errors import ConfigError
-from agentspec.mcp import MCPSandboxToolkit, MCPServer, MCPToolkit, SandboxKind
+from agentspec.mcp import SANDBOX_KINDS, MCPBackend, MCPServer, MCPToolkit, SandboxKind, sandboxed_toolkit
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Requestor, Step, TerminationReason, ToolCall, ToolSpec
 
@@ -116,14 +117,14 @@ class MCPBench:
             raise ConfigError("--bench mcp needs the server: --mcp 'COMMAND ARGS' (stdio) or --mcp-url URL, one of them")
         if (task is None) == (tasks is None):
             raise ConfigError("--bench mcp needs its task: --task TEXT or --tasks FILE.jsonl, one of them")
-        if sandbox not in (None, "overlay", "copy"):
-            raise ConfigError(f"--mcp-sandbox {sandbox}: overlay or copy (docker is not offered yet)")
+        if sandbox not in (None, *SANDBOX_KINDS):
+            raise ConfigError(f"--mcp-sandbox {sandbox}: one of {', '.join(SANDBOX_KINDS)}")
         if sandbox is not None and mcp is None:
             raise ConfigError("--mcp-sandbox runs a stdio server (--mcp) inside the sandbox, not a URL")
         options: dict[str, Any] = {"call_timeout_s": float(call_timeout_s)} if call_timeout_s is not None else {}
         server = MCPServer.of_command_line(mcp, **options) if mcp is not None else MCPServer(url=mcp_url, **options)
         chosen = read_tasks(tasks) if tasks is not None else [MCPTask(id="task-1", task=task or "")]
-        return cls(server, chosen, sandbox=sandbox, source=source)  # type: ignore[arg-type]
+        return cls(server, chosen, sandbox=sandbox, source=source)
 
     # --- tasks -----------------------------------------------------------------------
 
@@ -141,10 +142,10 @@ class MCPBench:
 
     # --- environment -----------------------------------------------------------------
 
-    def toolkit(self) -> MCPToolkit | MCPSandboxToolkit:
+    def toolkit(self) -> MCPBackend:
         """A fresh, unopened toolkit for the server."""
         if self.sandbox is not None:
-            return MCPSandboxToolkit(self.server, self.source, mode=self.sandbox)
+            return sandboxed_toolkit(self.server, self.sandbox, self.source)
         return MCPToolkit(self.server)
 
     @asynccontextmanager

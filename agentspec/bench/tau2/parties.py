@@ -60,8 +60,8 @@ def script_turns(calls: Sequence[tuple[Requestor, ToolCall]], end: Requestor) ->
     user ends the episode and the script ends on the agent's side, the agent hands over once more and the user's
     last, empty turn stops."""
     decisions, turns = conversation.scripted_turns(calls)
-    # Every call gets an id of its own (scripted_turns can give two agent calls the same one), since the
-    # evaluator's replay pairs each call with its result by id.
+    # The agent's and the user's calls are named apart (agent_i, user_j): the evaluator's replay pairs each call
+    # with its result by id, across both sides.
     decisions = [d if d.name == conversation.SAY else d.model_copy(update={"id": f"agent_{i}"})
                  for i, d in enumerate(decisions)]
     count = iter(range(len(calls)))

@@ -5,6 +5,9 @@
     agentspec speculator score --bench B --split S --speculator F [--lookahead] [--data-dir D]
     agentspec speculator score --bench B --split train --folds 5 [--lookahead]
 
+Each also takes ``agentspec run``'s ``--backend`` and ``--bench-option KEY=VALUE`` (GAIA's sandbox and search
+backend, AppWorld's ``apps``...), passed to the bench as a run passes them.
+
 Each prints one JSON object as its last stdout line.
 """
 
@@ -19,6 +22,7 @@ from typing import Any
 import anyio
 
 from agentspec.bench.registry import open_bench
+from agentspec.cli.flags import bench_options
 from agentspec.errors import ConfigError
 from agentspec.speculator.artifact import load
 from agentspec.speculator.command import fit_bench
@@ -28,7 +32,9 @@ from agentspec.speculator.score import check_disjoint, cross_validate, score_tas
 
 
 def _bench(args: argparse.Namespace) -> Any:
-    return open_bench(args.bench, args.data_dir)
+    """The bench opened as a run opens it: its ``--backend`` and ``--bench-option`` settings included (a bad
+    ``KEY=VALUE`` is a usage error before any data is read)."""
+    return open_bench(args.bench, args.data_dir, backend=args.backend, options=bench_options(args.bench_option))
 
 
 def fit_command(args: argparse.Namespace) -> dict[str, Any]:

@@ -50,6 +50,7 @@ import shutil
 import sys
 import tempfile
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -517,7 +518,7 @@ async def _transport(server: MCPServer, argv: Sequence[str] | None = None, cwd: 
 # --------------------------------------------------------------------------- a server inside a sandbox
 
 
-class _ServerPerTree(_ServerTools, _SessionGroup):
+class _ServerPerTree(_ServerTools, _SessionGroup, ABC):
     """One copy of a stdio server per sandbox state (a tree, a container), for the sandboxed toolkits.
 
     Mixed in before a :class:`~agentspec.snapshot.LineageBackend` whose states carry ``dirty`` (set by a call that
@@ -538,9 +539,9 @@ class _ServerPerTree(_ServerTools, _SessionGroup):
         self._servers = weakref.WeakKeyDictionary()
         self._specs = {}
 
+    @abstractmethod
     def _server_transport(self, state: Any) -> Transport:
         """How to start and reach the server over ``state`` (the SDK's read and write streams)."""
-        raise NotImplementedError
 
     async def start(self) -> None:
         """Start the sandbox, then the server over the live state, and read its tools."""

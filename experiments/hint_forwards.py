@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from agentspec.decoding.decoder import ToolSpecDecoder, default_drafters
-from agentspec.decoding.generation import TokenStream
+from agentspec.decoding.generation import TokenStream, drain
 from agentspec.decoding.kv_cache import TargetSequence
 from agentspec.decoding.retrieval_drafter import CallHistory
 from agentspec.decoding.serving import ServingDecoder
@@ -55,15 +55,7 @@ def body(model: str, system: str, tools: list[dict[str, Any]], predicted: dict[s
 
 
 def run(stream: TokenStream) -> list[int]:
-    while not stream.prefilled:
-        stream.prefill()
-    tokens: list[int] = []
-    finish = None
-    while finish is None:
-        out, finish = stream.decode()
-        tokens += [token.id for token in out]
-    stream.close()
-    return tokens
+    return [token.id for token in drain(stream)]
 
 
 def decode(prepared: Prepared, reuse: tuple[int, Any], toolspec: bool) -> dict[str, Any]:

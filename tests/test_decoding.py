@@ -31,7 +31,7 @@ from agentspec.decoding import (
 from agentspec.decoding.budget import DEFAULT_COST, AcceptanceModel, ForwardCost, prune
 from agentspec.decoding.decoder import ToolSpecDecoder, default_drafters
 from agentspec.decoding.drafter import DraftRequest, DraftState, HintBox
-from agentspec.decoding.generation import SamplingParams, TokenOut, TokenStream
+from agentspec.decoding.generation import SamplingParams, TokenOut, TokenStream, drain
 from agentspec.decoding.grammar import GrammarConstraint
 from agentspec.decoding.greedy import GreedyChooser
 from agentspec.decoding.hint_drafter import HintDrafter
@@ -213,15 +213,7 @@ def test_tree_decoder_matches_plain_greedy_on_smollm(smol: Any) -> None:
 
 
 def _run(stream: TokenStream) -> list[TokenOut]:
-    while not stream.prefilled:
-        stream.prefill()
-    out: list[TokenOut] = []
-    finish = None
-    while finish is None:
-        tokens, finish = stream.decode()
-        out.extend(tokens)
-    stream.close()
-    return out
+    return drain(stream)
 
 
 @pytest.mark.parametrize("constrained", [False, True], ids=["free", "grammar"])

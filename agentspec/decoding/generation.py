@@ -35,7 +35,7 @@ from agentspec.decoding.kv_cache import Reuse
 from agentspec.decoding.stats import DraftStats
 from agentspec.models.local import LocalModel
 
-__all__ = ["Generator", "RequestContext", "SamplingParams", "TokenOut", "TokenStream"]
+__all__ = ["Generator", "RequestContext", "SamplingParams", "TokenOut", "TokenStream", "drain"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,3 +137,18 @@ class Generator(Protocol):
     ) -> TokenStream:
         """Open one request on ``lm``: ``reuse`` is a prefix-cache entry, ``constraint`` the tool grammar, if any."""
         ...
+
+
+def drain(stream: TokenStream) -> list[TokenOut]:
+    """Run ``stream`` to its end without an engine (tests, experiments): prefill, decode until it finishes, close."""
+    try:
+        while not stream.prefilled:
+            stream.prefill()
+        out: list[TokenOut] = []
+        finish = None
+        while finish is None:
+            tokens, finish = stream.decode()
+            out.extend(tokens)
+        return out
+    finally:
+        stream.close()

@@ -139,6 +139,10 @@ class ModeSummary(BaseModel):
     wall_s: float = 0.0
     mean_task_wall_s: float | None = None
     governor: dict[str, Any] | None = None
+    speculators: dict[str, dict[str, int]] | None = None
+    """A panel of two or more speculators: per member its ``calls``, ``ends``, ``abstained``, ``ends_right`` and
+    ``ends_wrong``, summed over the mode's episodes (each episode's are in its ``execution.metrics``); absent
+    with one speculator."""
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_unset=True)
@@ -269,7 +273,7 @@ def _from_v1(raw: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("episodes: neither a list of episode records nor a table of modes")
     if "modes" in summary or "reward_mean" not in summary:
         raise ValueError("summary: a plain run's summary needs reward_mean and no modes")
-    figures = set(ModeSummary.model_fields) - {"governor", "mean_task_wall_s"}
+    figures = set(ModeSummary.model_fields) - {"governor", "speculators", "mean_task_wall_s"}
     mode = {key: value for key, value in summary.items() if key in figures}
     records = [r for r in episodes if isinstance(r, dict)]
     # The figures stay at the top too: a v1 summary's readers (a report's header) find them where they were.

@@ -32,13 +32,14 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentspec.assembly import episode_parts, load_macros, run_episode  # noqa: E402
+from agentspec.assembly import episode_parts, govern, load_macros, mode_governor, run_episode  # noqa: E402
 from agentspec.bench.registry import open_bench  # noqa: E402
 from agentspec.bench.roles import open_roles  # noqa: E402
 from agentspec.models import ModelClient  # noqa: E402
 from agentspec.run_spec import RunSpec  # noqa: E402
+from agentspec.runtime.governor import Governor  # noqa: E402
 from agentspec.runtime.latency import LatencyModel, ToolLatency  # noqa: E402
-from agentspec.runtime.metrics import percentile  # noqa: E402
+from agentspec.runtime.metrics import percentile, sum_panels  # noqa: E402
 
 MODEL_LANES = ("authority", "speculator", "probe")
 
@@ -59,9 +60,12 @@ def calls_of(episode: Any) -> list[tuple[str, str]]:
     return [(c.name, json.dumps(c.arguments, sort_keys=True)) for m in episode.trajectory.messages for c in m.tool_calls]
 
 
-async def play(spec: RunSpec, bench: Any, task: Any, clients: dict[str, ModelClient], macros: Any) -> dict[str, Any]:
+async def play(spec: RunSpec, bench: Any, task: Any, clients: dict[str, ModelClient], macros: Any,
+               governor: Governor | None = None) -> dict[str, Any]:
+    """One episode of ``spec``'s mode, its speculators under ``governor`` (the mode's, shared by its tasks)."""
     mode = spec.modes[0]
     parts = episode_parts(spec, mode, bench, task, clients, solo=True)
+    parts = govern(spec, mode, bench, task, clients, parts, governor, solo=True)
     episode = await run_episode(spec, mode, bench, task, parts, macros=macros)
     record = episode.record()
     execution = record.get("execution") or {}
@@ -77,7 +81,8 @@ def summarise(runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dic
     total = {key: sum(r["metrics"].get(key, 0) or 0 for r in runs) for key in (
         "authority_calls", "authority_skipped", "speculator_calls", "commits_sa", "commits_macro", "commits_spork",
         "probes", "probe_hits", "authority_forwards", "authority_reported_calls", "speculative_tool_calls",
-        "wasted_tool_calls", "late_hints", "late_hints_delivered", "authority_hint_tokens")}
+        "wasted_tool_calls", "late_hints", "late_hints_delivered", "authority_hint_tokens", "lookahead_calls",
+        "lookahead_batches")}
     predictions = sum((r["metrics"].get("predictions_by_depth") or [0])[0] for r in runs)
     hits = sum((r["metrics"].get("hits_by_depth") or [0])[0] for r in runs)
     mean = sum(walls) / len(walls)
@@ -94,6 +99,7 @@ def summarise(runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dic
         "mean_time_s": {key: round(sum(r["metrics"].get(key, 0) or 0 for r in runs) / len(runs), 2)
                         for key in ("authority_wait_s", "draft_wait_s", "speculator_busy_s", "tool_wait_s")},
         "errors": [r["error"] for r in runs if r["error"]],
+        "speculators": sum_panels([r["metrics"].get("speculators") for r in runs]),
         **total,
     }
 
@@ -111,8 +117,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     # Both models local, served by one child `agentspec serve --decoder toolspec` (or the --base-url one) for
     # every mode; the environment's model endpoints do not apply.
     both = RunSpec.of(bench="tau2-telecom", agent="llm", solo=True, modes="sa", agent_model=args.authority_model,
-                      speculator_model=args.speculator_model)
+                      speculator_model=args.speculator_model, more_speculators=args.more_speculator)
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    governors = {mode: mode_governor(spec, spec.modes[0]) for mode, spec in specs.items()}
     warmups: list[dict[str, Any]] = []
     started = time.perf_counter()
     async with open_roles(both, server=args.base_url, env={}) as roles:
@@ -128,7 +135,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"{task.id} warm-up ({warm_mode}): {run['wall_s']:.1f} s", file=sys.stderr, flush=True)
             order = modes[index % len(modes):] + modes[:index % len(modes)]
             for mode in order:
-                run = await play(specs[mode], bench, task, clients, macros)
+                run = await play(specs[mode], bench, task, clients, macros, governors[mode])
                 runs[mode].append(run)
                 print(f"{task.id} {mode}: {run['wall_s']:.1f} s, reward {run['reward']}", file=sys.stderr, flush=True)
     if args.timelines:
@@ -138,7 +145,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             plot_timeline(mode_runs[0]["timeline"], Path(args.timelines) / f"real-wall-{mode.replace('/', '-')}.png",
                           title=f"{mode}: {mode_runs[0]['task']}")
     report = {mode: summarise(mode_runs, runs["sequential"]) for mode, mode_runs in runs.items()}
-    conditions = {"authority": args.authority_model, "speculator": args.speculator_model, "split": args.split,
+    for mode, governor in governors.items():
+        if governor is not None:
+            report[mode]["governor"] = governor.report()
+    conditions = {"authority": args.authority_model, "speculator": args.speculator_model,
+                  "more_speculators": args.more_speculator, "governor": args.governor, "split": args.split,
                   "tool_latency_s": args.tool_latency, "max_calls": args.max_calls, "hints": args.hints,
                   "warm": args.warm, "warmup_episodes": warmups,
                   "run_s": round(time.perf_counter() - started, 1)}
@@ -159,7 +170,8 @@ def mode_spec(mode: str, args: argparse.Namespace) -> RunSpec:
         raise SystemExit(f"--modes {mode}: unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
     return RunSpec.of(
         bench="tau2-telecom", agent="llm", solo=True, modes=base, agent_model=args.authority_model,
-        speculator_model=args.speculator_model, max_tokens=args.max_tokens, max_calls=args.max_calls,
+        speculator_model=args.speculator_model, more_speculators=args.more_speculator, max_tokens=args.max_tokens,
+        max_calls=args.max_calls, governor=args.governor,
         speculator_hints=args.hints, depth=args.depth,
         latency_model=LatencyModel(name="tool-latency", tool=ToolLatency(fixed_s=args.tool_latency)),
         **VARIANTS.get(variant, {}),
@@ -174,7 +186,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--modes", default="sequential,sa,sa/draft-first,smc,smc/draft-first,spork",
                         help="comma list, sequential first; MODE/draft-first: the authority waits for the guess")
     parser.add_argument("--authority-model", default="qwen2.5-coder-1.5b")
-    parser.add_argument("--speculator-model", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--speculator-model", default="qwen2.5-coder-0.5b",
+                        help="a model name, or learned:FILE (a file of `agentspec speculator fit`)")
+    parser.add_argument("--governor", action=argparse.BooleanOptionalAction, default=True,
+                        help="each speculating mode under a governor that pauses a speculator costing more than it saves")
+    parser.add_argument("--more-speculator", action="append", default=[], metavar="M",
+                        help="a further speculator, asked where the ones before abstain, under the same governor")
     parser.add_argument("--base-url", help="a running `agentspec serve --decoder toolspec` with both models")
     parser.add_argument("--tool-latency", type=float, default=1.0, help="seconds every live tool call sleeps")
     parser.add_argument("--warm", action=argparse.BooleanOptionalAction, default=True,

@@ -213,3 +213,51 @@ def test_the_flag_is_repeatable(tau2_dir):
                                       "--data-dir", str(tau2_dir)])
     spec = run_spec(args)
     assert spec.speculator_model == "noisy-oracle:0.9" and spec.more_speculators == ["noisy-oracle:0.5"]
+
+
+def _tasks_of_two_decisions(governor, slowdown: float) -> list[bool]:
+    """Eight tasks of two authority decisions each: a first call of 5 s (it prefills the ticket) and a `done` of
+    1 s, each ``slowdown`` times longer while the speculator runs.  The speculator runs beside every decision the
+    governor does not hold; returns whether each decision was held."""
+    import anyio
+
+    held: list[bool] = []
+
+    async def play():
+        for _ in range(8):
+            for stratum, alone in ((0, 5.0), (1, 1.0)):
+                hold = governor.hold(stratum) or not governor.active("model")
+                held.append(hold)
+                mark = governor.mark()
+                if hold:
+                    await anyio.sleep(alone)
+                else:
+                    with governor.speculating("model"):
+                        await anyio.sleep(alone * slowdown)
+                governor.observe_decision(mark, stratum)
+
+    virtual(play)
+    return held
+
+
+def test_decisions_are_compared_with_the_baseline_of_their_own_stratum():
+    """A first call takes five times a `done`: pooled together, a baseline of mostly first calls would call a
+    speculator that slows every decision by 20% free, and one of mostly `done`s would call a harmless one costly.
+    Each decision is compared with its own stratum's baseline (steps committed before it)."""
+    from agentspec.runtime.governor import Governor, GovernorConfig
+
+    config = GovernorConfig(min_overlapped=4, min_clean=3, hold_every=1)
+    costly = Governor(["model"], config)
+    held = _tasks_of_two_decisions(costly, slowdown=1.2)
+    report = costly.report()["model"]
+    assert report["paused"], report
+    # Held for a baseline in both strata (two each), then paused: every later decision runs alone.
+    assert sum(held[:report["paused_at_step"]]) >= 4 and all(held[report["paused_at_step"]:])
+    excess = [(s - 5.0 if k == 0 else s - 1.0) for s, _, k in costly.accounts["model"].overlapped]
+    assert min(excess) > 0.19 and report["cost_s"] > 0
+
+    harmless = Governor(["model"], config)
+    held = _tasks_of_two_decisions(harmless, slowdown=1.0)
+    report = harmless.report()["model"]
+    assert not report["paused"] and report["cost_s"] == 0.0, report
+    assert sum(held) <= 6  # the baseline it needed (two per stratum, then enough in all), nothing more

@@ -14,7 +14,7 @@ from toy_env import KVEnvironment
 from agentspec.normalize import Normalizer, patterns_from_table
 from agentspec.runtime.policies import DraftedHistory
 from agentspec.snapshot import InProcessBackend
-from agentspec.speculator.lookahead import ForkLookahead, Probe, candidate_probes, chained_probes, run_probes
+from agentspec.speculator.lookahead import ForkLookahead, Probe, ProbeRun, candidate_probes, chained_probes, run_probes
 from agentspec.speculator.policy import LearnedSpeculator
 from agentspec.speculator.sources import Context, Source, TypedValues
 from agentspec.speculator.trajectories import Trajectory
@@ -121,3 +121,58 @@ def test_at_a_draft_chain_position_the_speculator_looks_ahead_in_a_fork_of_the_d
         assert look.calls == 2 and gone.call is None
 
     anyio.run(scenario)
+
+
+class Moving(Accounts):
+    """Accounts whose lookup returns ``account``, which the test changes between predictions (asserts nothing
+    about the status call's id: a status run ahead may carry the previous account)."""
+
+    def __init__(self, account: str) -> None:
+        super().__init__(locked=True)
+        self.account, self.status_ids = account, []
+
+    async def __call__(self, calls: Sequence[ToolCall]) -> list[Observation | None]:
+        self.batches.append([c.name for c in calls])
+        out: list[Observation | None] = []
+        for call in calls:
+            if call.name == "lookup":
+                out.append(obs("lookup", json.dumps({"account_id": self.account})))
+            else:
+                self.status_ids.append(call.arguments["id"])
+                out.append(obs("status", json.dumps({"locked": call.arguments["id"] == self.account})))
+        return out
+
+
+def test_earlier_results_run_a_chained_probe_in_the_first_batch_and_change_nothing_it_returns() -> None:
+    first, chained = probes()
+    context = Context("Customer at 555-010-1001 is locked out.", [], {}, TypedValues(NORMALIZER.patterns))
+    service = Moving("A5001")
+    plain = anyio.run(lambda: run_probes([*first, *chained], context, service))
+    assert service.batches == [["lookup"], ["status"]]
+
+    # The lookup still returns A5001: the status call made from the earlier results is the fresh one, one batch.
+    service.batches = []
+    budget = ProbeRun()
+    again = anyio.run(lambda: run_probes([*first, *chained], context, service, budget, plain))
+    assert service.batches == [["lookup", "status"]] and budget.batches == 1 and budget.early == 1
+    assert again == plain
+
+    # The lookup now returns another account: the status run ahead had the old id, so it runs again with the
+    # new one, and what comes back is exactly what a look-ahead without earlier results gives.
+    service.account, service.batches, service.status_ids = "A5002", [], []
+    budget = ProbeRun()
+    moved = anyio.run(lambda: run_probes([*first, *chained], context, service, budget, plain))
+    assert service.batches == [["lookup", "status"], ["status"]] and budget.batches == 2 and budget.early == 0
+    assert service.status_ids == ["A5001", "A5002"]
+    fresh = anyio.run(lambda: run_probes([*first, *chained], context, Moving("A5002")))
+    assert moved == fresh and json.loads(moved[STATUS]) == {"locked": True}
+
+
+def test_the_cap_counts_the_calls_run_ahead() -> None:
+    first, chained = probes()
+    context = Context("Customer at 555-010-1001 is locked out.", [], {}, TypedValues(NORMALIZER.patterns))
+    earlier = anyio.run(lambda: run_probes([*first, *chained], context, Moving("A5001")))
+    service, budget = Moving("A5001"), ProbeRun(cap=1)
+    seen = anyio.run(lambda: run_probes([*first, *chained], context, service, budget, earlier))
+    assert service.batches == [["lookup"]] and budget.calls == 1 and budget.capped
+    assert set(seen) == {LOOKUP}

@@ -176,6 +176,12 @@ def test_agentspec_run_takes_the_learned_speculator_width_and_governor(tau2_dir,
     alternatives = [(e.execution or {})["metrics"]["alternative_tool_calls"] for e in wide.episodes["sa"]]
     assert sum(alternatives) > 0
     assert sum((e.execution or {})["metrics"]["alternative_tool_calls"] for e in ungoverned.episodes["sa"]) == 0
+    # Its look-ahead ran in forks and is counted per episode and per mode (sequential has no speculator).
+    looked = [(e.execution or {})["metrics"]["lookahead_calls"] for e in wide.episodes["sa"]]
+    batches = [(e.execution or {})["metrics"]["lookahead_batches"] for e in wide.episodes["sa"]]
+    sa, sequential = wide.summary.modes["sa"].as_dict(), wide.summary.modes["sequential"].as_dict()
+    assert all(n > 0 for n in looked) and sa["lookahead_calls"] == sum(looked) >= sa["lookahead_batches"] == sum(batches) > 0
+    assert sequential["lookahead_calls"] == sequential["lookahead_batches"] == 0
     governor = wide.summary.modes["sa"].governor
     assert governor is not None and list(governor) == [f"learned:{tau2_speculator}"]
     assert ungoverned.summary.modes["sa"].governor is None and wide.summary.modes["sequential"].governor is None
@@ -332,3 +338,40 @@ def test_identical_virtual_clock_runs_with_a_learned_speculator_time_identically
     first, second = summary("a"), summary("b")
     assert first["sa"]["mean_task_wall_s"] > 0
     assert first == second  # the speculator's measured predict time (it differs run to run) is not charged
+
+
+def test_speculator_score_against_a_runs_own_calls(tau2_dir, tau2_speculator, tmp_path, capsys) -> None:
+    """``score --runs``: the references are a run's episodes instead of the gold calls.  An oracle run's episodes
+    are the gold calls, so the figures are the gold scoring's; a run whose authority made other calls is scored
+    against those calls (what a speculator fitted on that authority's runs is for)."""
+    assert main(_run_line(tau2_dir, "--split", "test", "--limit", "2", "--mode", "sequential", "--out",
+                          str(tmp_path / "oracle"))) == 0
+    capsys.readouterr()
+    score = ["speculator", "score", "--bench", "tau2-telecom", "--split", "test", "--limit", "2", "--data-dir",
+             str(tau2_dir), "--speculator", str(tau2_speculator)]
+
+    def last(extra: list[str]) -> dict:
+        assert main([*score, *extra]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    gold, runs = last([]), last(["--runs", str(tmp_path / "oracle")])
+    assert runs["reference"] == "runs" and runs["episodes"] == 2
+    figures = ("steps", "exact_at_1", "exact_at_3", "name_at_1", "strict_at_1", "chain2", "coverage")
+    assert {k: runs[k] for k in figures} == {k: gold[k] for k in figures}
+
+    # Another authority: every episode's calls renamed to a tool the speculator never saw, so no guess is right.
+    results = json.loads((tmp_path / "oracle" / "results.json").read_text(encoding="utf-8"))
+    for episode in results["episodes"]["sequential"]:
+        for message in episode["messages"]:
+            for call in message.get("tool_calls") or []:
+                call["name"] = "never_fitted_" + call["name"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    other = last(["--runs", str(tmp_path / "other")])
+    assert other["steps"] == gold["steps"] and other["exact_at_1"] == other["name_at_1"] == 0.0
+
+    assert main([*score, "--runs", str(tmp_path / "oracle"), "--min-reward", "1.0", "--split", "small"]) == 2
+    assert "no episode of the small split" in capsys.readouterr().err
+    assert main(["speculator", "score", "--bench", "tau2-telecom", "--split", "test", "--folds", "2", "--runs",
+                 str(tmp_path / "oracle"), "--data-dir", str(tau2_dir)]) == 2
+    assert "not with --folds" in capsys.readouterr().err

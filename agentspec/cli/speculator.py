@@ -51,6 +51,11 @@ def add_parser(sub: Any) -> None:
                        help="at most N look-ahead calls per step (default: the file's cap, else all probes)")
     score.add_argument("--learn-online", action="store_true",
                        help="learn from each task once it is scored (in order), as a run's --learn-online does")
+    score.add_argument("--runs", nargs="+", default=[], metavar="DIR",
+                       help="score against these runs' episodes of the split's tasks instead of the gold calls (how "
+                       "well it predicts a real authority's own calls)")
+    score.add_argument("--min-reward", type=number(float, ge=0, le=1), default=1.0,
+                       help="with --runs: an episode is a reference from this reward (0: every episode)")
     score.add_argument("--limit", type=POSITIVE, default=None, help="score at most N tasks of the split")
     score.add_argument("--seed", type=number(int, ge=0), default=0, help="seeds the --folds shuffle")
     add_data_dir(score)

@@ -19,7 +19,7 @@ import anyio.abc
 from agentspec.runtime.chain import DraftChain
 from agentspec.runtime.config import ExecutorConfig
 from agentspec.runtime.conversation import User, conversation, turn_observation
-from agentspec.runtime.governor import Governor
+from agentspec.runtime.governor import Governor, stratum_of
 from agentspec.runtime.journal import Journal
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.policies import Decision, Policy, PredictedHistory
@@ -57,7 +57,8 @@ class Decider:
         speculating = self.config.mode != "sequential"
         if speculating:
             await self._wait_for_guess()
-        if self.governor is not None and speculating and self.governor.hold():
+        stratum = stratum_of(len(self.journal.history()))
+        if self.governor is not None and speculating and self.governor.hold(stratum):
             self.chain.hold = anyio.Event()  # no new speculator request until this decision is made...
             if self.chain.asking is not None:
                 await self.chain.asking.wait()  # ...and none in flight when it starts: a baseline sample
@@ -78,7 +79,7 @@ class Decider:
                 self.chain.hold.set()
                 self.chain.hold = None
         if self.governor is not None and mark is not None:
-            self.governor.observe_decision(mark)
+            self.governor.observe_decision(mark, stratum)
         ended = self.decided_at = anyio.current_time()
         self.host.metrics.observe_decision(ended - started, decision.forwards, decision.hint_tokens)
         label = decision.call.name if decision.call else "done"

@@ -58,7 +58,7 @@ from agentspec.runtime.config import ExecutorConfig, SporkConfig
 from agentspec.runtime.conversation import SAY, User, say
 from agentspec.runtime.decisions import Decider, UserTurns, invalid_step
 from agentspec.runtime.draft import Draft, Source
-from agentspec.runtime.governor import Governor
+from agentspec.runtime.governor import Governor, lookahead_counts, panel_counts
 from agentspec.runtime.hints import LateHints
 from agentspec.runtime.journal import Journal
 from agentspec.runtime.latency import LatencyModel
@@ -169,7 +169,11 @@ class ExecutionLoop:
                 raise
             raise error from group
         await self.chain.reset(count_waste=True)
-        self.metrics.score_predictions(self._standing, [s.call for s in self.steps])
+        committed = [s.call for s in self.steps]
+        self.metrics.score_predictions(self._standing, committed)
+        # The task is over: the panel's predicted ends can be scored now, once (the panel is this task's own).
+        self.metrics.observe_panel(panel_counts(self.speculator, committed))
+        self.metrics.observe_lookahead(*lookahead_counts(self.speculator))
         self.metrics.observe_wall(self.since_start(anyio.current_time()))
         return ExecutionResult(self.steps, termination, self.metrics, self.timeline, note, self._final)
 

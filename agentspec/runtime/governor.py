@@ -6,16 +6,20 @@ speculator, and pauses one whose cost exceeds its saving:
 
 * **cost**: how much longer the authority's decisions take while the speculator runs.  Each decision is observed
   with the share of its time each speculator had a request in flight (:meth:`Governor.speculating`); the decisions
-  no speculator overlapped are the baseline.  A speculator's slowdown is (mean duration of the decisions it
-  overlapped - the baseline's mean) per unit of overlap, and its cost that slowdown times the overlap it had in all,
-  plus any time the authority waited for its guess (:meth:`observe_wait`, draft-first).
+  no speculator overlapped are the baseline.  Decisions differ in length by where they fall in a task (a first call
+  prefills the ticket, a last "done" is short), so each is compared with the baseline of its own *stratum* (how
+  many steps the task had committed, the last stratum pooling the rest).  A speculator's slowdown is the mean, over
+  the decisions it overlapped, of (duration - its stratum's baseline mean), per unit of overlap, and its cost that
+  slowdown times the overlap it had in all, plus any time the authority waited for its guess (:meth:`observe_wait`,
+  draft-first).
 * **saving**: tool time its committed drafts hid (:meth:`observe_saving`) and authority decisions its drafts made
   unnecessary (:meth:`observe_skipped`, valued at the baseline's mean decision time).
 
 A verdict needs evidence (``min_overlapped`` decisions the speculator overlapped and ``min_clean`` baseline ones)
 and a margin: the speculator is paused only when the lower confidence bound of its cost (``z`` standard errors
-below the estimate) exceeds its saving.  While no baseline exists, the governor asks the executor to hold
-speculation for one decision in ``hold_every`` (:meth:`Governor.hold`), which is how it gets one.  A paused speculator
+below the estimate) exceeds its saving.  While a stratum the speculator overlapped has too small a baseline, the
+governor asks the executor to hold speculation for one decision of that stratum in ``hold_every``
+(:meth:`Governor.hold`), which is how it gets one.  A paused speculator
 may be re-probed after ``reprobe_after`` decisions (its overlap evidence starts again).
 
 One governor serves a whole mode (every task, also concurrent ones): the evidence accumulates across tasks.  It
@@ -29,7 +33,7 @@ import math
 import statistics
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
@@ -41,6 +45,15 @@ CLEAN = 0.05
 """A decision is a baseline sample when no speculator was busy for more than this share of it."""
 OVERLAPPED = 0.25
 """A decision counts as overlapped by a speculator busy for at least this share of it (and no other busy)."""
+STRATA = 4
+"""Decisions are compared within strata by the steps committed before them: 0, 1, 2, and 3 or more."""
+CLEAN_PER_STRATUM = 2
+"""Baseline decisions a stratum needs before the governor stops holding speculation for it."""
+
+
+def stratum_of(steps: int) -> int:
+    """The stratum of a decision made after ``steps`` committed steps."""
+    return min(steps, STRATA - 1)
 
 
 @dataclass(frozen=True)
@@ -82,8 +95,8 @@ class _Account:
     """What the governor knows of one speculator."""
 
     busy: _Busy = field(default_factory=_Busy)
-    overlapped: list[tuple[float, float]] = field(default_factory=list)
-    """(decision seconds, share of it this speculator was busy) of the decisions it alone overlapped."""
+    overlapped: list[tuple[float, float, int]] = field(default_factory=list)
+    """(decision seconds, share of it this speculator was busy, stratum) of the decisions it alone overlapped."""
     share_total: float = 0.0
     """Sum over every decision of the share this speculator was busy: the overlap its cost is charged for."""
     wait_s: float = 0.0
@@ -110,6 +123,7 @@ class Governor:
         self.config = config or GovernorConfig()
         self.accounts = {name: _Account() for name in names}
         self.clean: list[float] = []
+        self.clean_by_stratum: dict[int, list[float]] = {}
         self.steps = 0
         """Authority decisions observed so far (a pause's ``paused_at_step``)."""
         self._since_hold = 0
@@ -143,17 +157,23 @@ class Governor:
 
     # -- what the authority does --------------------------------------------------------------
 
-    def hold(self) -> bool:
-        """An authority decision is about to start: whether to run it without speculation (no speculator request
-        in flight), for a baseline sample.  Only once some speculator has the evidence for a verdict but no
-        baseline exists, and only for one decision in ``hold_every``."""
+    def hold(self, stratum: int = 0) -> bool:
+        """An authority decision of ``stratum`` is about to start: whether to run it without speculation (no
+        speculator request in flight), for a baseline sample.  Only while an active speculator has overlapped
+        decisions of that stratum (once it has the evidence for a verdict in all) and the stratum's baseline is
+        short, and only for one decision in ``hold_every``."""
         self._since_hold += 1
-        evidence = any(not a.paused and len(a.overlapped) >= self.config.min_overlapped for a in self.accounts.values())
         every = self.config.hold_every
-        if every is not None and evidence and len(self.clean) < self.config.min_clean and self._since_hold >= every:
+        if every is None or self._since_hold < every:
+            return False
+        clean = len(self.clean_by_stratum.get(stratum, []))
+        if clean >= CLEAN_PER_STRATUM and len(self.clean) >= self.config.min_clean:
+            return False
+        evidence = any(not a.paused and len(a.overlapped) >= self.config.min_overlapped
+                       and any(k == stratum for _, _, k in a.overlapped) for a in self.accounts.values())
+        if evidence:
             self._since_hold = 0
-            return True
-        return False
+        return evidence
 
     def mark(self) -> Mark:
         """Now, for a later :meth:`observe_decision` or :meth:`observe_wait`."""
@@ -167,19 +187,20 @@ class Governor:
             return 0.0, {name: 0.0 for name in self.accounts}
         return span, {name: min(1.0, (a.busy.clock(now) - mark.busy[name]) / span) for name, a in self.accounts.items()}
 
-    def observe_decision(self, mark: Mark) -> None:
-        """An authority decision that started at ``mark`` ended now."""
+    def observe_decision(self, mark: Mark, stratum: int = 0) -> None:
+        """An authority decision of ``stratum`` (:func:`stratum_of`) that started at ``mark`` ended now."""
         seconds, shares = self._shares(mark)
         self.steps += 1
         busy = [name for name, share in shares.items() if share > CLEAN]
         if not busy:
             self.clean.append(seconds)
+            self.clean_by_stratum.setdefault(stratum, []).append(seconds)
         for name, share in shares.items():
             account = self.accounts[name]
             account.share_total += share
             account.decisions += int(share > CLEAN)
             if share >= OVERLAPPED and busy == [name]:
-                account.overlapped.append((seconds, share))
+                account.overlapped.append((seconds, share, stratum))
         self._judge()
 
     def observe_wait(self, mark: Mark) -> None:
@@ -214,16 +235,25 @@ class Governor:
         """The mean authority decision without speculation (0 before any was seen)."""
         return statistics.fmean(self.clean) if self.clean else 0.0
 
+    def _matched(self, account: _Account) -> tuple[list[tuple[float, float]], list[float]]:
+        """The speculator's overlapped decisions as (excess over their stratum's baseline mean, share), and the
+        baseline decisions of those strata as deviations from their own stratum's mean."""
+        means = {k: statistics.fmean(v) for k, v in self.clean_by_stratum.items() if v}
+        excess = [(s - means[k], share) for s, share, k in account.overlapped if k in means]
+        strata = {k for _, _, k in account.overlapped if k in means}
+        deviations = [s - means[k] for k in sorted(strata) for s in self.clean_by_stratum[k]]
+        return excess, deviations
+
     def cost(self, name: str) -> tuple[float, float]:
         """``name``'s cost to the authority so far: (estimate, lower confidence bound), in seconds."""
         account = self.accounts[name]
-        if not account.overlapped or not self.clean:
+        excess, clean = self._matched(account)
+        if not excess:
             return account.wait_s, account.wait_s
-        seconds = [s for s, _ in account.overlapped]
-        mean_share = statistics.fmean(share for _, share in account.overlapped)
-        delta = statistics.fmean(seconds) - self.baseline_s()
-        spread = _variance(seconds) / len(seconds) + _variance(self.clean) / len(self.clean)
-        t = _t_quantile(min(len(seconds), len(self.clean)) - 1, self.config.confidence)
+        mean_share = statistics.fmean(share for _, share in excess)
+        delta = statistics.fmean(e for e, _ in excess)
+        spread = _variance([e for e, _ in excess]) / len(excess) + _variance(clean) / len(clean)
+        t = _t_quantile(min(len(excess), len(clean)) - 1, self.config.confidence)
         per_share, low_per_share = delta / mean_share, (delta - t * math.sqrt(spread)) / mean_share
         return (max(0.0, per_share) * account.share_total + account.wait_s,
                 max(0.0, low_per_share) * account.share_total + account.wait_s)
@@ -235,7 +265,8 @@ class Governor:
                 if config.reprobe_after is not None and self.steps - (account.paused_at_step or 0) >= config.reprobe_after:
                     account.paused, account.overlapped = False, []  # re-probe: fresh evidence decides again
                 continue
-            if len(account.overlapped) < config.min_overlapped or len(self.clean) < config.min_clean:
+            excess, clean = self._matched(account)
+            if len(excess) < config.min_overlapped or len(clean) < config.min_clean:
                 continue
             estimate, low = self.cost(name)
             if config.pauses and low - account.saving_s > config.margin * self.baseline_s() * self.steps:
@@ -311,6 +342,10 @@ class MemberCounts:
     ends_right: int = 0
     ends_wrong: int = 0
 
+    def as_dict(self) -> dict[str, int]:
+        """The counts as a run's records hold them (``execution.metrics.speculators``)."""
+        return asdict(self)
+
 
 class SpeculatorPanel:
     """Several speculators as one: each asked in turn (skipping those the governor paused) until one guesses.
@@ -363,3 +398,30 @@ async def propose(speculator: Policy, history: History) -> Proposal:
     if isinstance(speculator, SpeculatorPanel):
         return await speculator.propose(history)
     return Proposal(None, await speculator.decide(history))
+
+
+def panel_counts(speculator: Policy | None, committed: Sequence[Any]) -> dict[str, dict[str, int]] | None:
+    """Once a task is over, its panel's counts per member with the predicted ends scored against the task's
+    ``committed`` calls (:meth:`SpeculatorPanel.score_ends`); None unless ``speculator`` is a panel of two or more
+    (a single speculator, governed or not, has nobody to share its turns with)."""
+    if not isinstance(speculator, SpeculatorPanel) or len(speculator.members) < 2:
+        return None
+    return {name: counts.as_dict() for name, counts in speculator.score_ends(committed).items()}
+
+
+@runtime_checkable
+class LooksAhead(Protocol):
+    """A speculator that runs read-only calls in forks before it guesses (the learned speculator's look-ahead)."""
+
+    lookahead_calls: int
+    lookahead_batches: int
+
+
+def lookahead_counts(speculator: Policy | None) -> tuple[int, int]:
+    """Look-ahead calls and batches ``speculator`` ran (summed over a panel's members; 0, 0 for others)."""
+    members: list[object] = [p for _, p in speculator.members] if isinstance(speculator, SpeculatorPanel) else [speculator]
+    calls = batches = 0
+    for member in members:
+        if isinstance(member, LooksAhead):
+            calls, batches = calls + member.lookahead_calls, batches + member.lookahead_batches
+    return calls, batches

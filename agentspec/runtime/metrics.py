@@ -80,6 +80,10 @@ class ExecutionMetrics:
     """Of those, the ones its endpoint took (``agentspec serve --decoder toolspec``; others take none)."""
     alternative_tool_calls: int = 0
     """Speculated calls run in forks as the speculator's further guesses for a position (``--spec-width`` > 1)."""
+    lookahead_calls: int = 0
+    """Read-only calls a learned speculator ran in forks before guessing (never on live state)."""
+    lookahead_batches: int = 0
+    """The batches they ran in: each takes one tool time on the clock (its calls are independent reads)."""
     hits_by_rank: list[int] = field(default_factory=list)
     """[r]: drafts committed as the authority's call that were the speculator's guess of rank r (0: its head
     guess, 1 and more: its alternatives, ``--spec-width``)."""
@@ -89,6 +93,10 @@ class ExecutionMetrics:
     """[d-1]: of those, the drafts equal to the call committed d-1 steps later (the speculator's hit rate by depth)."""
     name_hits_by_depth: list[int] = field(default_factory=list)
     """[d-1]: of those, the drafts naming the same tool as the call committed d-1 steps later."""
+    speculators: dict[str, dict[str, int]] | None = None
+    """A panel of two or more speculators (``--speculator-model`` given again): per member its ``calls``,
+    ``ends`` (predicted "the task is done"), ``abstained``, and of its ends ``ends_right``/``ends_wrong``
+    (:func:`~agentspec.runtime.governor.panel_counts`); None, and left out of :meth:`as_dict`, otherwise."""
 
     # -- observations: the only way the runtime changes these figures (as vLLM's spec-decode stats) --------------
 
@@ -216,12 +224,23 @@ class ExecutionMetrics:
                 self.hits_by_depth[depth - 1] += int(committed[step] == call)
                 self.name_hits_by_depth[depth - 1] += int(committed[step].name == call.name)
 
+    def observe_lookahead(self, calls: int, batches: int) -> None:
+        """The task's speculators ran ``calls`` look-ahead calls in ``batches`` batches."""
+        self.lookahead_calls, self.lookahead_batches = calls, batches
+
+    def observe_panel(self, counts: dict[str, dict[str, int]] | None) -> None:
+        """The task's panel counts per member, its ends scored (None: the task had no panel of two or more)."""
+        self.speculators = counts
+
     def hit_at_rank(self, rank: int) -> None:
         """Count a committed draft that was the speculator's guess of ``rank`` (0: the head guess)."""
         _bump(self.hits_by_rank, rank + 1)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        figures = asdict(self)
+        if figures["speculators"] is None:  # a run with one speculator keeps the records it always had
+            del figures["speculators"]
+        return figures
 
 
 def _grow(counts: list[int], depth: int) -> None:
@@ -240,7 +259,9 @@ def _sum_lists(lists: Sequence[list[int]]) -> list[int]:
 
 LABELS = ("macro_commit",)
 """Text fields: a mode's summary holds their distinct values, not a sum."""
-NUMERIC = [name for name in ExecutionMetrics.__dataclass_fields__ if name not in LABELS]
+PANEL = "speculators"
+"""Per panel member counts: a mode's summary holds them summed per member (:func:`sum_panels`)."""
+NUMERIC = [name for name in ExecutionMetrics.__dataclass_fields__ if name not in (*LABELS, PANEL)]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -279,9 +300,31 @@ def aggregate(per_task: Sequence[ExecutionMetrics]) -> dict[str, Any]:
         labels = sorted({value for m in per_task if (value := getattr(m, name)) is not None})
         if labels:
             out[name] = "; ".join(labels)
+    panels = sum_panels([m.speculators for m in per_task])
+    if panels is not None:
+        out[PANEL] = panels
     walls = [m.wall_s for m in per_task]
     out["p50_wall_s"] = round(percentile(walls, 0.5), 4)
     out["p95_wall_s"] = round(percentile(walls, 0.95), 4)
+    return out
+
+
+def sum_panels(per_task: Sequence[dict[str, dict[str, int]] | None]) -> dict[str, dict[str, int]] | None:
+    """Each member's counts summed over the tasks that had a panel (members in the order first seen); None when
+    none had one.
+
+    >>> sum_panels([{"learned": {"calls": 2, "ends": 1}}, None, {"learned": {"calls": 1, "ends": 0}}])
+    {'learned': {'calls': 3, 'ends': 1}}
+    """
+    panels = [panel for panel in per_task if panel is not None]
+    if not panels:
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for panel in panels:
+        for name, counts in panel.items():
+            total = out.setdefault(name, {})
+            for key, value in counts.items():
+                total[key] = total.get(key, 0) + value
     return out
 
 

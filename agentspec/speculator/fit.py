@@ -12,7 +12,8 @@ Every step of every trajectory is one example: its features (:mod:`.features`) a
   :data:`HISTORY_SCORE`);
 * **n-grams**: next-target counts after the last two calls, the last call, and none (the back-off);
 * **sources**: per (tool, argument), every source that gave the real value, ranked by precision where it had a
-  value;
+  value (:func:`keep_sources`: some that need no look-ahead kept too, a constant after the data flow that agrees
+  with it);
 * **probes**: the look-ahead calls whose results a rule or a source uses.
 
 Deterministic: ties are broken by the features' text, so fitting twice gives the same tables.
@@ -35,9 +36,10 @@ from agentspec.speculator.targets import END, Target
 from agentspec.speculator.trajectories import Trajectory
 from agentspec.types import canonical_json
 
-FIT_REVISION = 2
-"""Bumped when the same inputs fit different tables (2: history rules scored by :func:`pessimistic`), so a cached
-fit (:func:`agentspec.speculator.runs.fitted_for`) is refitted; the file's format is unchanged."""
+FIT_REVISION = 3
+"""Bumped when the same inputs fit different tables (2: history rules scored by :func:`pessimistic`; 3: sources
+kept by :func:`keep_sources`, and numbers of free text as sources), so a cached fit
+(:func:`agentspec.speculator.runs.fitted_for`) is refitted; the file's format is unchanged."""
 MAX_WORDS = 48
 MIN_HITS = 2
 MAX_RULES = 400
@@ -235,8 +237,11 @@ def fit_sources(trajectories: Sequence[Trajectory], normalizer: Normalizer, type
                     hits[slot][source.key] += 1
     out: dict[str, list[RankedSource]] = {}
     for slot in sorted(hits):
-        # Availability only for the sources that were ever right (the rest can never be chosen).
-        best = sorted(hits[slot].items(), key=lambda kv: (-kv[1], kv[0]))[: MAX_SOURCES * 4]
+        # Availability only for the sources that were ever right (the rest can never be chosen), the most often
+        # right of each family: a look-ahead's many copies of an id must not crowd out the history's one.
+        by_hits = sorted(hits[slot].items(), key=lambda kv: (-kv[1], kv[0]))
+        best = ([kv for kv in by_hits if sources[kv[0]].kind == "lookahead"][: MAX_SOURCES * 4]
+                + [kv for kv in by_hits if sources[kv[0]].kind != "lookahead"][: MAX_SOURCES * 4])
         ranked = []
         for key, _ in best:
             source = sources[key]
@@ -246,14 +251,30 @@ def fit_sources(trajectories: Sequence[Trajectory], normalizer: Normalizer, type
                 available += int(found)
                 right += int(found and _canonical(value) == wanted)
             ranked.append(RankedSource(source=source, hits=right, available=available))
-        ranked.sort(key=lambda r: source_rank(r.source, r.hits, r.available))
-        # Keep the best few, and always a constant last resort when one was ever right.
-        kept = ranked[:MAX_SOURCES]
-        constants = [r for r in ranked if r.source.kind == "const"]
-        if constants and not any(r.source.kind == "const" for r in kept):
-            kept.append(constants[0])
-        out[slot] = kept
+        out[slot] = keep_sources(ranked)
     return out
+
+
+def keep_sources(ranked: Sequence[RankedSource]) -> list[RankedSource]:
+    """A slot's sources to keep, in the order prediction tries them: the best few (:func:`source_rank`), the best
+    few of those that need no look-ahead (without it, the look-ahead ones are never available), a constant last
+    resort when one was ever right, and no constant before a data-flow source that was never wrong where it had a
+    value (:data:`MIN_HITS` times at least): on the training data the two agree, and only the data flow follows
+    the task's own values."""
+    order = sorted(ranked, key=lambda r: source_rank(r.source, r.hits, r.available))
+    kept = order[:MAX_SOURCES]
+    kept += [r for r in order if r.source.kind != "lookahead" and r not in kept][: MAX_SOURCES - sum(
+        r.source.kind != "lookahead" for r in kept)]
+    constants = [r for r in order if r.source.kind == "const"]
+    if constants and not any(r.source.kind == "const" for r in kept):
+        kept.append(constants[0])
+    kept.sort(key=lambda r: source_rank(r.source, r.hits, r.available))
+    sure = [i for i, r in enumerate(kept) if r.source.data_flow and r.hits == r.available >= MIN_HITS]
+    if not sure:
+        return kept
+    cut = sure[-1] + 1
+    return ([r for r in kept[:cut] if r.source.kind != "const"] + [r for r in kept[:cut] if r.source.kind == "const"]
+            + kept[cut:])
 
 
 def _canonical(value: object) -> str:

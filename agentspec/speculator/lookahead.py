@@ -5,7 +5,9 @@ task text, a constant the trajectories used for an argument of that name, or (a 
 another probe's result, e.g. an id that a lookup by the task's phone number returned.  The fit runs every
 candidate probe (:func:`candidate_probes`, :func:`chained_probes`) at every step of the training trajectories
 and keeps those whose results predict something; at prediction the policy runs the kept ones through a
-:class:`Lookahead`, one batch per level (a chained probe runs after the probes it reads).
+:class:`Lookahead`, one batch per level (a chained probe runs after the probes it reads), except that a chained
+probe whose inputs the previous look-ahead saw runs in the first batch and is kept where the fresh inputs agree
+(:func:`run_probes`): one tool latency per guess instead of two while the ids it reads stay the same.
 
 :class:`ForkLookahead` is the one implementation: every batch runs in a fresh fork of the backend's live state
 (``snapshot``/``fork``/``discard``), never on live, and a call that is not ``read_only`` is never run at all.
@@ -250,37 +252,83 @@ def with_readers(used: Iterable[str], probes: Sequence[Probe]) -> list[Probe]:
 
 @dataclass
 class ProbeRun:
-    """One prediction's look-ahead: at most ``cap`` calls (None: every probe); ``calls`` it asked for and whether
-    the cap left a runnable probe out (``capped``)."""
+    """One prediction's look-ahead: at most ``cap`` calls (None: every probe); ``calls`` it asked for, whether
+    the cap left a runnable probe out (``capped``), and how many batches it took (``batches``)."""
 
     cap: int | None = None
     calls: int = 0
     capped: bool = False
+    batches: int = 0
+    early: int = 0
+    """Chained probes run in an earlier batch than the probes they read, with arguments from ``earlier`` results
+    that the fresh results then confirmed."""
 
 
 async def run_probes(probes: Sequence[Probe], context: Context, lookahead: Lookahead,
-                     budget: ProbeRun | None = None) -> dict[str, str]:
+                     budget: ProbeRun | None = None, earlier: Mapping[str, str] | None = None) -> dict[str, str]:
     """Each probe's observation at ``context`` (probe key -> content): one batch per level, a chained probe in
     the batch after the probes it reads (a probe whose input is missing is not run).  With ``budget``'s cap, the
-    probes run in the fit's order until the cap is spent (a chained probe whose input was left out cannot run)."""
+    probes run in the fit's order until the cap is spent (a chained probe whose input was left out cannot run).
+
+    ``earlier``: the probes' observations at an earlier state of the same task.  A chained probe whose inputs
+    are there runs in the first batch with the arguments they give, beside the probes it reads; its observation
+    is kept only where the fresh observations of those probes give the same call, else it runs again in the
+    next batch.  Every observation returned is of the current state, with the arguments the current state gives:
+    ``earlier`` only saves a batch (a tool latency) when the reads it depends on did not change.
+    """
     budget = budget if budget is not None else ProbeRun()
     seen: dict[str, str] = {}
+    early = _early_calls(probes, context, earlier or {})
     waiting = list(probes)
     while waiting:
         pending = {p.key for p in waiting}
         ready_now = [p for p in waiting if not pending.intersection(p.reads)]
         if not ready_now:
             break  # a cycle: cannot happen with probes from chained_probes
-        waiting = [p for p in waiting if p not in ready_now]
         level = Context(context.text, context.history, {**context.lookahead, **seen}, context.typed)
         made = [(probe.key, probe.call(level)) for probe in ready_now]
         ready = [(key, call) for key, call in made if call is not None]
-        if budget.cap is not None and len(ready) > budget.cap - budget.calls:
+        first = not budget.batches
+        ahead = [(key, call) for key, call in early.items() if first and key in pending and key not in dict(ready)]
+        waiting = [p for p in waiting if p not in ready_now]
+        if budget.cap is not None and len(ready) + len(ahead) > budget.cap - budget.calls:
             budget.capped = True
             ready = ready[: max(0, budget.cap - budget.calls)]
-        if not ready:
+            ahead = ahead[: max(0, budget.cap - budget.calls - len(ready))]
+        if not ready and not ahead:
             continue
-        observations = await lookahead([call for _, call in ready])
-        budget.calls += len(ready)  # once they ran: a look-ahead refused (no fork) ran nothing
-        seen.update({key: obs.content for (key, _), obs in zip(ready, observations, strict=True) if obs is not None})
+        batch = [*ready, *ahead]
+        observations = await lookahead([call for _, call in batch])
+        budget.calls += len(batch)  # once they ran: a look-ahead refused (no fork) ran nothing
+        budget.batches += 1
+        seen.update({key: obs.content for (key, _), obs in zip(ready, observations[:len(ready)], strict=True)
+                     if obs is not None})
+        confirmed = _confirmed(waiting, ahead, observations[len(ready):], context, seen)
+        seen.update(confirmed)
+        budget.early += len(confirmed)
+        waiting = [p for p in waiting if p.key not in confirmed]
     return seen
+
+
+def _early_calls(probes: Sequence[Probe], context: Context, earlier: Mapping[str, str]) -> dict[str, ToolCall]:
+    """The chained probes' calls as ``earlier``'s observations of the probes they read would make them."""
+    if not earlier:
+        return {}
+    past = Context(context.text, context.history, {**context.lookahead, **earlier}, context.typed)
+    calls = {p.key: p.call(past) for p in probes if p.reads and all(k in earlier for k in p.reads)}
+    return {key: call for key, call in calls.items() if call is not None}
+
+
+def _confirmed(waiting: Sequence[Probe], ahead: Sequence[tuple[str, ToolCall]], observations: Sequence[Observation | None],
+               context: Context, seen: Mapping[str, str]) -> dict[str, str]:
+    """Of the chained probes run ahead, those whose inputs have now been read fresh and give the same call."""
+    by_key = {p.key: p for p in waiting}
+    fresh = dict(seen)
+    out: dict[str, str] = {}
+    for (key, call), observation in zip(ahead, observations, strict=True):  # in the fit's order: readers last
+        probe = by_key.get(key)
+        if probe is None or observation is None or not all(k in fresh for k in probe.reads):
+            continue
+        if probe.call(Context(context.text, context.history, {**context.lookahead, **fresh}, context.typed)) == call:
+            out[key] = fresh[key] = observation.content
+    return out

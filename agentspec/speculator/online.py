@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agentspec.speculator.artifact import Artifact
-from agentspec.speculator.fit import MAX_SOURCES, source_rank
+from agentspec.speculator.fit import keep_sources
 from agentspec.speculator.model import RankedSource, SpeculatorModel, ngram_contexts
 from agentspec.speculator.sources import Context, candidate_sources, evaluate
 from agentspec.speculator.targets import END, Target
@@ -87,9 +87,4 @@ def _updated(ranked: list[RankedSource], value: object, context: Context) -> lis
                                 available=r.available + int(found)))
     out += [RankedSource(source=s, hits=1, available=1) for s in candidate_sources(value, context)
             if s.key not in known and s.kind != "lookahead"]
-    out.sort(key=lambda r: source_rank(r.source, r.hits, r.available))
-    kept = out[:MAX_SOURCES]
-    constants = [r for r in out if r.source.kind == "const"]
-    if constants and not any(r.source.kind == "const" for r in kept):
-        kept.append(constants[0])
-    return kept
+    return keep_sources(out)

@@ -47,6 +47,11 @@ class LearnedSpeculator:
     """Look-ahead calls its predictions ran."""
     capped: int = 0
     """Predictions whose look-ahead the cap cut short (probes left unrun)."""
+    lookahead_batches: int = 0
+    """Batches (tool latencies) its look-ahead took."""
+    _earlier: dict[str, str] = field(default_factory=dict, repr=False)
+    """The last look-ahead's observations: chained probes whose inputs they hold run in the first batch
+    (:func:`~agentspec.speculator.lookahead.run_probes`), which saves a batch while those inputs stay the same."""
 
     def look_through(self, lookahead: Lookahead) -> None:
         """Look ahead through ``lookahead`` from now on (a run's episode backend, a mining sample's fork)."""
@@ -98,9 +103,12 @@ class LearnedSpeculator:
         context = Context(self.text, history, {}, self.model.typed)
         budget = ProbeRun(cap=self.cap)
         try:
-            return await run_probes(self.model.probes, context, look, budget)
+            seen = await run_probes(self.model.probes, context, look, budget, self._earlier)
         except SnapshotError:
             return None  # the draft was committed or dropped meanwhile: guess from the history alone
         finally:
             self.lookahead_calls += budget.calls
+            self.lookahead_batches += budget.batches
             self.capped += int(budget.capped)
+        self._earlier = seen
+        return seen

@@ -8,7 +8,9 @@ when it is exact and every task-specific argument came from data flow.  Figures:
 ``exact_at_1``, ``exact_at_3``, ``name_at_1``, ``strict_at_1``; ``chain2`` (the guesses at ``t`` and ``t+1``
 both exact, over steps with a next one); ``coverage`` (steps with any guess); ``by_position`` (exact@1 per
 step index, ``10+`` pooled); ``predict_us_median`` (prediction alone); ``lookahead_calls_per_step``;
-``lookahead_capped`` (the share of steps whose look-ahead the cap cut short, ``--lookahead-cap``).
+``lookahead_capped`` (the share of steps whose look-ahead the cap cut short, ``--lookahead-cap``);
+``lookahead_batches_per_step`` (tool latencies the look-ahead took: each step passes its observations on to the
+next, as a run's speculator does, so a chained probe whose input did not change runs in the first batch).
 
 No scored task may be in the fit (:func:`check_disjoint`); cross-validation (:func:`cross_validate`) fits on
 the other folds only.
@@ -24,11 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentspec.errors import ConfigError
+from agentspec.runtime.policies import DONE
 from agentspec.speculator.lookahead import ForkLookahead, ProbeRun, run_probes
 from agentspec.speculator.model import SpeculatorModel
 from agentspec.speculator.online import OnlineLearner
 from agentspec.speculator.sources import Context
 from agentspec.speculator.trajectories import Step, TrajectoryBench, gold_calls, task_text
+from agentspec.trajectories import MinedTrajectory
+from agentspec.types import ToolCall
 
 
 @dataclass(frozen=True)
@@ -43,23 +48,28 @@ class StepScore:
     predict_s: float
     lookahead_calls: int
     capped: bool = False
+    lookahead_batches: int = 0
 
 
 async def score_task(bench: TrajectoryBench, task: Any, model: SpeculatorModel, *, lookahead: bool,
-                     learner: OnlineLearner | None = None, cap: int | None = None) -> list[StepScore]:
-    """Every step of ``task``'s reference trajectory, scored; with a ``learner``, learned from once scored.
-    ``cap``: look-ahead calls per step (None: the model's ``lookahead_cap``)."""
-    calls = gold_calls(bench, task)
+                     learner: OnlineLearner | None = None, cap: int | None = None,
+                     reference: Sequence[ToolCall] | None = None) -> list[StepScore]:
+    """Every step of ``task``'s reference trajectory (its gold calls, or ``reference``: the calls of a run's
+    episode), scored; with a ``learner``, learned from once scored.  ``cap``: look-ahead calls per step (None: the
+    model's ``lookahead_cap``)."""
+    calls = list(reference) if reference is not None else gold_calls(bench, task)
     text = task_text(bench, task)
     steps: list[Step] = []
     out = []
+    earlier: dict[str, str] = {}
     async with bench.open_backend(task, solo=True) as backend:
         look = ForkLookahead(backend)
         for position, call in enumerate(calls):
             before = look.calls
             budget = ProbeRun(cap=cap if cap is not None else model.lookahead_cap)
             context = Context(text, steps, {}, model.typed)
-            seen = await run_probes(model.probes, context, look, budget) if lookahead else None
+            seen = await run_probes(model.probes, context, look, budget, earlier) if lookahead else None
+            earlier = seen or {}  # as a run's speculator does: the last look-ahead saves the next one a batch
             started = time.perf_counter()
             guesses = model.predict(text, steps, seen, k=3)
             spent = time.perf_counter() - started
@@ -68,7 +78,7 @@ async def score_task(bench: TrajectoryBench, task: Any, model: SpeculatorModel, 
             out.append(StepScore(task.id, position, exact1, any(g.call == call for g in guesses),
                                  head is not None and head.call is not None and head.call.name == call.name,
                                  exact1 and head is not None and head.strict, head is not None and head.call is not None,
-                                 spent, look.calls - before, budget.capped))
+                                 spent, look.calls - before, budget.capped, budget.batches))
             steps.append((call, await backend.execute(call)))
     if learner is not None:
         learner.learn(task.id, text, steps)
@@ -102,6 +112,7 @@ def summarise(scores: Sequence[StepScore]) -> dict[str, Any]:
         "predict_us_median": round(statistics.median(s.predict_s for s in scores) * 1e6, 1) if scores else 0.0,
         "lookahead_calls_per_step": round(sum(s.lookahead_calls for s in scores) / len(scores), 3) if scores else 0.0,
         "lookahead_capped": _rate([s.capped for s in scores]),
+        "lookahead_batches_per_step": round(sum(s.lookahead_batches for s in scores) / len(scores), 3) if scores else 0.0,
     }
 
 
@@ -121,6 +132,20 @@ async def score_tasks(bench: TrajectoryBench, tasks: Sequence[Any], model: Specu
     for task in tasks:
         out += await score_task(bench, task, learner.model if learner else model, lookahead=lookahead, learner=learner,
                                 cap=cap)
+    return out
+
+
+async def score_runs(bench: TrajectoryBench, tasks: Sequence[Any], episodes: Sequence[MinedTrajectory],
+                     model: SpeculatorModel, *, lookahead: bool, cap: int | None = None) -> list[StepScore]:
+    """Every call of each run episode of ``tasks`` scored as :func:`score_task` scores the gold ones (the end of
+    the episode is not a call)."""
+    by_id = {task.id: task for task in tasks}
+    out = []
+    for episode in episodes:
+        calls = [call for call in episode.calls if call.name != DONE]
+        if episode.task_id in by_id and calls:
+            out += await score_task(bench, by_id[episode.task_id], model, lookahead=lookahead, cap=cap,
+                                    reference=calls)
     return out
 
 

@@ -24,14 +24,19 @@ from agentspec.types import Observation, ToolCall, canonical_json
 SourceKind = Literal["text", "arg", "result", "lookahead", "const"]
 KIND_ORDER: dict[str, int] = {"arg": 0, "result": 1, "lookahead": 2, "text": 3, "const": 4}
 """Between equally good sources, data flow first: a constant is right only while the data stays the same."""
+NUMBER = "#number"
+"""The type of a source that reads a number written in free text ("add 2.5 GB") as a JSON number: amounts have
+value patterns only under an argument's name, so the typed values of free text never hold them."""
+_NUMBER = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?![\w.]?\d)")
 
 
 class Source(BaseModel):
     """One way to get an argument's value.
 
-    ``text``: the ``index``-th distinct value of pattern ``type`` in the task text.  ``arg``: argument ``path``
-    of the latest earlier call of tool ``tool``.  ``result``: the latest observation of tool ``tool``, at JSON
-    ``path`` (or, with ``type``, its ``index``-th typed value).  ``lookahead``: the same, in the observation of
+    ``text``: the ``index``-th distinct value of pattern ``type`` in the task text (type :data:`NUMBER`: its
+    ``index``-th distinct number).  ``arg``: argument ``path`` of the latest earlier call of tool ``tool``.
+    ``result``: the latest observation of tool ``tool``, at JSON ``path`` (or, with ``type``, its ``index``-th
+    typed value).  ``lookahead``: the same, in the observation of
     the look-ahead call ``tool`` (a probe key).  ``const``: ``value``.
     """
 
@@ -87,12 +92,20 @@ class Context:
     lookahead: Mapping[str, str]
     typed: TypedValues
     _cache: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    _numbers: dict[str, list[int | float]] = field(default_factory=dict)
 
     def typed_in(self, name: str, content: str) -> dict[str, list[str]]:
         """Typed values of a text, cached per name (the task text, a result, a probe)."""
         if name not in self._cache:
             self._cache[name] = self.typed.find(content)
         return self._cache[name]
+
+    def numbers_in(self, name: str, content: str) -> list[int | float]:
+        """The distinct numbers written in a text, in order of appearance, cached per name like :meth:`typed_in`."""
+        if name not in self._numbers:
+            found = {canonical_json(n): n for n in map(_number, _NUMBER.findall(content))}
+            self._numbers[name] = list(found.values())
+        return self._numbers[name]
 
     def latest_call(self, tool: str) -> ToolCall | None:
         for call, _ in reversed(self.history):
@@ -108,10 +121,20 @@ class Context:
         return None
 
 
+def _number(text: str) -> int | float:
+    return float(text) if "." in text else int(text)
+
+
+def _typed(source: Source, name: str, content: str, context: Context) -> tuple[bool, Any]:
+    """The ``source.index``-th value of type ``source.type`` in ``content``."""
+    values: Sequence[Any] = (context.numbers_in(name, content) if source.type == NUMBER
+                             else context.typed_in(name, content).get(source.type, []))
+    return (True, values[source.index]) if source.index < len(values) else (False, None)
+
+
 def _from_content(source: Source, name: str, content: str, context: Context) -> tuple[bool, Any]:
     if source.type:
-        values = context.typed_in(name, content).get(source.type, [])
-        return (True, values[source.index]) if source.index < len(values) else (False, None)
+        return _typed(source, name, content, context)
     return leaf_at(content, source.path)
 
 
@@ -120,8 +143,7 @@ def evaluate(source: Source, context: Context) -> tuple[bool, Any]:
     if source.kind == "const":
         return True, source.value
     if source.kind == "text":
-        values = context.typed_in("<text>", context.text).get(source.type, [])
-        return (True, values[source.index]) if source.index < len(values) else (False, None)
+        return _typed(source, "<text>", context.text, context)
     if source.kind == "arg":
         call = context.latest_call(source.tool)
         return (True, call.arguments[source.path]) if call is not None and source.path in call.arguments else (False, None)
@@ -140,12 +162,22 @@ def _content_sources(kind: SourceKind, tool: str, content: str, wanted: str, con
     return found
 
 
+def _text_numbers(value: Any, context: Context) -> list[Source]:
+    """The numbers written in the task text that equal ``value`` (a JSON number, not a flag), as sources."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return []
+    wanted = canonical_json(value)
+    return [Source(kind="text", type=NUMBER, index=i) for i, v in enumerate(context.numbers_in("<text>", context.text))
+            if canonical_json(v) == wanted]
+
+
 def candidate_sources(value: Any, context: Context) -> list[Source]:
     """Every source that gives exactly ``value`` at ``context`` (a constant always does)."""
     wanted = canonical_json(value)
     found: list[Source] = []
     for type_, values in sorted(context.typed_in("<text>", context.text).items()):
         found += [Source(kind="text", type=type_, index=i) for i, v in enumerate(values) if canonical_json(v) == wanted]
+    found += _text_numbers(value, context)
     seen_calls: set[str] = set()
     seen_results: set[str] = set()
     for step in range(len(context.history) - 1, -1, -1):  # latest first: a source names the latest call of a tool

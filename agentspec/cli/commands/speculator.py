@@ -3,6 +3,7 @@
 
     agentspec speculator fit --bench B --split train [--runs DIR ...] [--data-dir D] --out F.json
     agentspec speculator score --bench B --split S --speculator F [--lookahead] [--data-dir D]
+    agentspec speculator score --bench B --split test --speculator F --runs DIR [--min-reward 0]
     agentspec speculator score --bench B --split train --folds 5 [--lookahead]
 
 Each also takes ``agentspec run``'s ``--backend`` and ``--bench-option KEY=VALUE`` (GAIA's sandbox and search
@@ -28,7 +29,8 @@ from agentspec.speculator.artifact import load
 from agentspec.speculator.command import fit_bench
 from agentspec.speculator.model import SpeculatorModel
 from agentspec.speculator.online import OnlineLearner
-from agentspec.speculator.score import check_disjoint, cross_validate, score_tasks, summarise
+from agentspec.speculator.score import check_disjoint, cross_validate, score_runs, score_tasks, summarise
+from agentspec.speculator.trajectories import run_trajectories
 
 
 def _bench(args: argparse.Namespace) -> Any:
@@ -66,6 +68,8 @@ def score_command(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("score needs --speculator FILE, or --folds K to cross-validate on the split itself")
     if args.learn_online and args.folds is not None:
         raise ConfigError("--learn-online scores with a --speculator FILE, not --folds")
+    if args.runs and (args.folds is not None or args.learn_online):
+        raise ConfigError("--runs scores a --speculator FILE against run episodes: not with --folds or --learn-online")
     artifact = load(args.speculator) if args.speculator else None
     bench = _bench(args)
     tasks = bench.tasks(args.split, limit=args.limit)
@@ -81,6 +85,14 @@ def score_command(args: argparse.Namespace) -> dict[str, Any]:
                                                    cap=cap))
         return {**head, "speculator": f"{args.folds}-fold cross-validation", **figures}
     check_disjoint(artifact.fitted_on.task_ids, [t.id for t in tasks])
+    if args.runs:
+        mined = run_trajectories(args.runs, {t.id for t in tasks}, min_reward=args.min_reward)
+        if not mined:
+            raise ConfigError(f"no episode of the {args.split} split's tasks with reward >= {args.min_reward} in "
+                              f"{', '.join(args.runs)}")
+        scores = anyio.run(lambda: score_runs(bench, tasks, mined, artifact.model, lookahead=args.lookahead, cap=cap))
+        return {**head, "speculator": str(args.speculator), "reference": "runs", "runs": list(args.runs),
+                "episodes": len(mined), **summarise(scores)}
     learner = OnlineLearner(artifact) if args.learn_online else None
     scores = anyio.run(lambda: score_tasks(bench, tasks, artifact.model, lookahead=args.lookahead, learner=learner,
                                            cap=cap))

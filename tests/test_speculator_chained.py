@@ -41,14 +41,13 @@ class Accounts:
 
     async def __call__(self, calls: Sequence[ToolCall]) -> list[Observation | None]:
         self.batches.append([c.name for c in calls])
-        out: list[Observation | None] = []
-        for call in calls:
-            if call.name == "lookup":
-                out.append(obs("lookup", json.dumps({"account_id": "A5001", "phone_number": call.arguments["phone_number"]})))
-            else:
-                assert call.arguments == {"id": "A5001"}  # the id the lookup returned, not a constant
-                out.append(obs("status", json.dumps({"locked": self.locked})))
-        return out
+        return [self.answer(call) for call in calls]
+
+    def answer(self, call: ToolCall) -> Observation:
+        if call.name == "lookup":
+            return obs("lookup", json.dumps({"account_id": "A5001", "phone_number": call.arguments["phone_number"]}))
+        assert call.arguments == {"id": "A5001"}  # the id the lookup returned, not a constant
+        return obs("status", json.dumps({"locked": self.locked}))
 
 
 def probes():
@@ -131,16 +130,11 @@ class Moving(Accounts):
         super().__init__(locked=True)
         self.account, self.status_ids = account, []
 
-    async def __call__(self, calls: Sequence[ToolCall]) -> list[Observation | None]:
-        self.batches.append([c.name for c in calls])
-        out: list[Observation | None] = []
-        for call in calls:
-            if call.name == "lookup":
-                out.append(obs("lookup", json.dumps({"account_id": self.account})))
-            else:
-                self.status_ids.append(call.arguments["id"])
-                out.append(obs("status", json.dumps({"locked": call.arguments["id"] == self.account})))
-        return out
+    def answer(self, call: ToolCall) -> Observation:
+        if call.name == "lookup":
+            return obs("lookup", json.dumps({"account_id": self.account}))
+        self.status_ids.append(call.arguments["id"])
+        return obs("status", json.dumps({"locked": call.arguments["id"] == self.account}))
 
 
 def test_earlier_results_run_a_chained_probe_in_the_first_batch_and_change_nothing_it_returns() -> None:

@@ -26,6 +26,8 @@ class SharedMachine:
     def __init__(self, *, speculator_s: float, slowdown: float, speculator_right: bool) -> None:
         self.speculator_s, self.slowdown, self.speculator_right = speculator_s, slowdown, speculator_right
         self.in_flight = 0
+        self.slowed = 0
+        """Authority decisions that ran slower for a speculator request in flight (for part of them at least)."""
         self.lock = threading.Lock()
 
     def __call__(self, request: dict) -> dict:
@@ -40,10 +42,13 @@ class SharedMachine:
                 with self.lock:
                     self.in_flight -= 1
             return {"tool_calls": [call if self.speculator_right else WRONG]}
-        work = 0.02
+        work, slowed = 0.02, False
         while work > 0:
             time.sleep(0.002)
+            slowed = slowed or bool(self.in_flight)
             work -= 0.002 / (self.slowdown if self.in_flight else 1.0)
+        with self.lock:
+            self.slowed += slowed
         return {"tool_calls": [call]}
 
 
@@ -58,22 +63,25 @@ def run(capsys, machine: SharedMachine, tau2_dir, *flags: str) -> dict:
 
 
 def test_a_costly_speculator_is_paused_and_the_run_is_not_slower(tau2_dir, capsys):
-    summary = run(capsys, SharedMachine(speculator_s=0.05, slowdown=5.0, speculator_right=False), tau2_dir)
+    governed_machine = SharedMachine(speculator_s=0.05, slowdown=5.0, speculator_right=False)
+    summary = run(capsys, governed_machine, tau2_dir)
     governor = summary["modes"]["sa"]["governor"]
     (name, verdict), = governor.items()
     assert name.endswith("#speculator")
     assert verdict["paused"] and verdict["paused_at_step"] <= 15, verdict
     assert verdict["cost_s"] > verdict["saving_s"] and "costs the authority" in verdict["reason"]
     assert "governor" not in summary["modes"]["sequential"]  # nothing to govern
-    # Side by side with the same machine ungoverned: there every one of the 30 decisions runs about 5x slower
-    # (sa near 0.25x); governed, only those before the pause do.  Compared as ratios of ratios, each measured
-    # against sequential in its own run, so a loaded machine moves both alike (an absolute floor did not hold on
-    # CI's fresh Debian: 0.67x there, 0.8x-1.0x here).
-    ungoverned = run(capsys, SharedMachine(speculator_s=0.05, slowdown=5.0, speculator_right=False), tau2_dir,
-                     "--no-governor")
+    # Side by side with the same machine ungoverned.  What the machine counts is exact whatever the load: there
+    # every sa decision ran beside a speculator request, governed only those before the pause did.  The clock
+    # only has to agree on the order: absolute ratios move with the machine's load (governed 0.67x-0.83x, ungoverned
+    # about 0.5x, on CI and here), so a margin on their ratio did not hold.
+    ungoverned_machine = SharedMachine(speculator_s=0.05, slowdown=5.0, speculator_right=False)
+    ungoverned = run(capsys, ungoverned_machine, tau2_dir, "--no-governor")
     assert "governor" not in ungoverned["modes"]["sa"]
+    assert ungoverned_machine.slowed >= CALLS - 2, ungoverned_machine.slowed
+    assert governed_machine.slowed <= verdict["paused_at_step"] + 2, (governed_machine.slowed, verdict)
     governed_sa, ungoverned_sa = summary["speedup_vs_sequential"]["sa"], ungoverned["speedup_vs_sequential"]["sa"]
-    assert governed_sa >= 1.5 * ungoverned_sa, (governed_sa, ungoverned_sa)
+    assert governed_sa > ungoverned_sa, (governed_sa, ungoverned_sa)
 
 
 def test_a_cheap_useful_speculator_is_not_paused(tau2_dir, capsys, tmp_path):

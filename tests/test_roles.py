@@ -78,6 +78,8 @@ def test_local_models_come_from_a_running_server_when_one_is_given(monkeypatch: 
     assert roles.plan.embedded == {"agent": LOCAL, "speculator": LOCAL}
     assert {(c.base_url, c.model, c.timeout_s, c.max_retries) for c in configs.values()} == {
         (srv.base_url, LOCAL, 3600, 0)}  # served by name, with the embedded server's long timeout and no retry
+    # The speculator runs only while the authority's model is idle (vLLM's priority: lower first).
+    assert configs["speculator"].extra_body == {"priority": 1} and configs["agent"].extra_body == {}
     assert roles.spec.speculator_hints is True  # a local agent agentspec serves understands draft hints
 
 

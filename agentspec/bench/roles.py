@@ -33,7 +33,7 @@ from agentspec.models.registry import MODELS
 from agentspec.run_spec import RunSpec, role_given, role_prefix
 from agentspec.runtime.modes import noisy_oracle_p
 
-__all__ = ["OpenRoles", "RolePlan", "open_clients", "open_roles", "plan_roles", "preflight", "role_defaults",
+__all__ = ["SPECULATOR_PRIORITY", "OpenRoles", "RolePlan", "open_clients", "open_roles", "plan_roles", "preflight", "role_defaults",
            "role_given", "role_model", "run_roles", "speculator_roles"]
 
 EMBEDDED_TIMEOUT_S = 3600
@@ -95,6 +95,16 @@ def _named(spec: RunSpec, role: str) -> tuple[str | None, str | None]:
     if role in more:
         return more[role], None
     return getattr(spec, f"{role}_model", None), getattr(spec, f"{role}_base_url", None)
+
+
+SPECULATOR_PRIORITY = 1
+"""vLLM's ``priority`` of an embedded speculator's requests: the embedded server runs them only while the
+authority's model is idle (:mod:`agentspec.serve.priority`), so a speculator on the same cores never slows the
+authority's decisions."""
+
+
+def _priority(role: str) -> dict[str, Any]:
+    return {"priority": SPECULATOR_PRIORITY} if role.startswith("speculator") else {}
 
 
 def _overrides(spec: RunSpec) -> dict[str, Any]:
@@ -182,7 +192,8 @@ async def open_clients(stack: AsyncExitStack, spec: RunSpec, plan: RolePlan, cas
             served = await stack.enter_async_context(embedded.served_models(plan.served_models, base_url=server))
         for role, name in plan.embedded.items():
             configs[role] = ModelConfig(base_url=served.base_url, model=served.model_ids[name],
-                                        timeout_s=EMBEDDED_TIMEOUT_S, max_retries=0, **_overrides(spec))
+                                        timeout_s=EMBEDDED_TIMEOUT_S, max_retries=0, extra_body=_priority(role),
+                                        **_overrides(spec))
     clients = {}
     for role, config in configs.items():
         tape = cassette.for_model(role_model(plan, role)) if cassette is not None else None

@@ -31,9 +31,10 @@ from agentspec.errors import ConfigError
 from agentspec.types import canonical_json
 
 FILE = "responses.jsonl"
-VOLATILE = ("agentspec_request_id", "agentspec_predicted_calls")
-"""``extra_body`` fields that do not change a request's answer: its name for SPORK's hints, and the speculator's
-predicted calls (draft hints: they change how fast the answer comes, not what it is, and depend on timing)."""
+VOLATILE = ("agentspec_request_id", "agentspec_predicted_calls", "priority")
+"""``extra_body`` fields that do not change a request's answer: its name for SPORK's hints, the speculator's
+predicted calls (draft hints: they change how fast the answer comes, not what it is, and depend on timing), and
+its priority (when it runs, not what it says)."""
 
 
 class ReplayMiss(ConfigError):

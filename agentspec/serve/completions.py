@@ -235,9 +235,10 @@ class _Run:
             engine = prepared.engine
             engine.stats.prompt_logprob_requests += 1
             job = PromptLogprobJob(engine.lm, prepared.prompt, top, prefill_chunk=engine.prefill_chunk)
-            self.prompt_logprobs = await engine.run_job(job)
+            self.prompt_logprobs = await engine.run_job(job, prepared.request.priority)
         generation = prepared.engine.generate(
-            prepared.prompt, prepared.params, prepared.constraint, self.set_cached, context=prepared.context
+            prepared.prompt, prepared.params, prepared.constraint, self.set_cached, context=prepared.context,
+            priority=prepared.request.priority,
         )
         async with aclosing(generation) as steps:
             async for tokens, finish in steps:

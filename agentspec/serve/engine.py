@@ -38,6 +38,14 @@ log-probabilities of a chat request (:mod:`agentspec.serve.prompt_logprobs`)
 queue their start, their prefill chunks and a last unit; a verification
 forward counts as the step's one many-token forward, like a prefill chunk.
 
+Priority (vLLM's ``priority`` field, lower first): an engine given the
+server's :class:`~agentspec.serve.priority.PriorityGate` holds a background
+request (priority above 0) before each of its units while a better-priority
+request is in progress on any of the server's models; a held request is not
+counted as running, so steps do not wait to gather its unit.  Its prefill runs
+in chunks of :data:`BACKGROUND_PREFILL_CHUNK` tokens, so a step it holds ends
+soon after a foreground request arrives.
+
 Prefix reuse: finished (or cancelled) requests leave their KV cache in a small
 LRU :class:`PrefixCache`.  A new request starts from the entry sharing the
 longest token prefix with its prompt (the next turn of a conversation), or
@@ -52,8 +60,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -69,8 +78,15 @@ from agentspec.decoding.kv_cache import Reuse
 from agentspec.decoding.plain import PlainGenerator, PlainStream
 from agentspec.models.local import LocalModel, require
 from agentspec.serve.batched_forward import ForwardStep, participating, route_forwards
+from agentspec.serve.priority import PriorityGate, background
 
-__all__ = ["Engine", "EngineStats", "ForwardJob", "PrefixCache"]
+__all__ = ["BACKGROUND_PREFILL_CHUNK", "Engine", "EngineStats", "ForwardJob", "PrefixCache"]
+
+BACKGROUND_PREFILL_CHUNK = 32
+"""Prompt tokens one prefill unit of a background request computes, where a gate orders priorities: a step it holds
+takes a fraction of a second on a CPU, the longest an arriving foreground request then waits (a 2048-token chunk
+of a 9,000-token prompt takes many seconds)."""
+
 
 @dataclass
 class EngineStats:
@@ -103,6 +119,8 @@ class EngineStats:
     """Chain steps offered but not accepted: the step the model decided otherwise, and every step after it."""
     prompt_logprob_requests: int = 0
     """Chat requests that asked for ``prompt_logprobs`` (their prompts are computed in full, not reused)."""
+    priority_waits: int = 0
+    """Times a background request waited for better-priority requests to end (:mod:`agentspec.serve.priority`)."""
 
 
 class ForwardJob(Protocol):
@@ -255,9 +273,11 @@ class Engine:
 
     def __init__(
         self, lm: LocalModel, *, prefill_chunk: int = 2048, prefix_cache: PrefixCache | None = None,
-        decoder: Generator | None = None, gather_s: float = 0.005,
+        decoder: Generator | None = None, gather_s: float = 0.005, gate: PriorityGate | None = None,
     ) -> None:
         self.lm = lm
+        self.gate = gate
+        """Orders requests by priority across the server's engines (None: priority is ignored)."""
         self.decoder: Generator = decoder if decoder is not None else PlainGenerator()
         self.stats = EngineStats()
         self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
@@ -294,7 +314,7 @@ class Engine:
 
     async def generate(
         self, prompt: list[int], params: SamplingParams, constraint: GrammarConstraint | None = None,
-        on_start: Callable[[int], None] | None = None, context: RequestContext | None = None,
+        on_start: Callable[[int], None] | None = None, context: RequestContext | None = None, priority: int = 0,
     ) -> AsyncGenerator[tuple[list[TokenOut], str | None], None]:
         """Yield ``(tokens, finish_reason)`` per step; the last has a finish reason unless the caller stops early.
 
@@ -302,56 +322,94 @@ class Engine:
         Stopping early (``aclose``, cancellation) ends the request; its KV
         cache is kept for prefix reuse either way.  The caller counts
         ``stats.requests``/``completed``/``cancelled``: only it knows why a
-        generation ended.
+        generation ended.  ``priority``: vLLM's (lower first; module docstring).
         """
-        self.stats.active += 1
-        self.stats.prompt_tokens += len(prompt)
-        self._live += 1
-        gen: TokenStream | None = None
-        try:
-            gen = await self._run(_Unit("start", lambda: self._start(prompt, params, constraint, context)))
-            if on_start is not None:
-                on_start(gen.cached)
-            while not gen.prefilled:
-                await self._run(_Unit("prefill", gen.prefill, gen))
-            while True:
-                tokens, finish = await self._run(_Unit("decode", gen.decode, gen))
-                self.stats.generated_tokens += len(tokens)
-                yield tokens, finish
-                if finish is not None:
-                    break
-        finally:
-            self.stats.active -= 1
-            self._live -= 1
-            self._wake()  # a step gathering units need not wait for this request any more
-            if gen is not None:
-                with self._shared:
-                    self._running.remove(gen)
-                    self.prefix_cache.store(gen.covered, gen.layers())
-                gen.close()
+        with self._priority(priority):
+            self.stats.active += 1
+            self.stats.prompt_tokens += len(prompt)
+            gen: TokenStream | None = None
+            try:
+                await self._arrive(priority)
+                try:
+                    gen = await self._run(_Unit("start", lambda: self._start(prompt, params, constraint, context,
+                                                                             priority)), priority)
+                    if on_start is not None:
+                        on_start(gen.cached)
+                    while not gen.prefilled:
+                        await self._run(_Unit("prefill", gen.prefill, gen), priority)
+                    while True:
+                        tokens, finish = await self._run(_Unit("decode", gen.decode, gen), priority)
+                        self.stats.generated_tokens += len(tokens)
+                        yield tokens, finish
+                        if finish is not None:
+                            break
+                finally:
+                    self._away()
+            finally:
+                self.stats.active -= 1
+                if gen is not None:
+                    with self._shared:
+                        self._running.remove(gen)
+                        self.prefix_cache.store(gen.covered, gen.layers())
+                    gen.close()
 
-    async def run_job(self, job: ForwardJob) -> Any:
+    async def run_job(self, job: ForwardJob, priority: int = 0) -> Any:
         """Run ``job`` as units of this engine's steps (:class:`ForwardJob`); return what its :meth:`run` returns.
 
         Its units share steps with the generations in progress like their prefill chunks do; afterwards its
         key/values go into the prefix cache (a verified chain's accepted path serves the next decision).
         """
-        self.stats.active += 1
+        with self._priority(priority):
+            self.stats.active += 1
+            started = False
+            try:
+                await self._arrive(priority)
+                try:
+                    await self._run(_Unit("start", lambda: self._start_job(job)), priority)
+                    started = True
+                    while not job.prefilled:
+                        await self._run(_Unit("prefill", job.prefill, job=job), priority)
+                    if not job.runs_model:
+                        return job.run()
+                    return await self._run(_Unit("verify", job.run, job=job), priority)
+                finally:
+                    self._away()
+            finally:
+                self.stats.active -= 1
+                if started:
+                    with self._shared:
+                        self.prefix_cache.store(job.covered, job.layers())
+
+    @contextmanager
+    def _priority(self, priority: int) -> Iterator[None]:
+        if self.gate is None:
+            yield
+        else:
+            with self.gate.live(priority):
+                yield
+
+    async def _arrive(self, priority: int) -> None:
+        """Count a request as running here, once the gate lets it in (a background one waits first)."""
+        if self.gate is not None and background(priority):
+            self.stats.priority_waits += 1
+            await self.gate.arrive(priority)
         self._live += 1
-        started = False
+
+    def _away(self) -> None:
+        """A request stops counting as running: a step gathering units need not wait for it any more."""
+        self._live -= 1
+        self._wake()
+
+    async def _turn(self, priority: int) -> None:
+        """Hold a background request while the gate says so, not counted as running meanwhile."""
+        if self.gate is None or not self.gate.must_wait(priority):
+            return
+        self.stats.priority_waits += 1
+        self._away()
         try:
-            await self._run(_Unit("start", lambda: self._start_job(job)))
-            started = True
-            while not job.prefilled:
-                await self._run(_Unit("prefill", job.prefill, job=job))
-            return await self._run(_Unit("verify", job.run, job=job)) if job.runs_model else job.run()
+            await self.gate.turn(priority)
         finally:
-            self.stats.active -= 1
-            self._live -= 1
-            self._wake()
-            if started:
-                with self._shared:
-                    self.prefix_cache.store(job.covered, job.layers())
+            self._live += 1
 
     def _start_job(self, job: ForwardJob) -> None:
         with self._shared:
@@ -359,8 +417,9 @@ class Engine:
                 if job.lookup_tokens else (0, [])
         job.start(reuse)
 
-    async def _run(self, unit: _Unit) -> Any:
+    async def _run(self, unit: _Unit, priority: int = 0) -> Any:
         """Queue ``unit`` and return its result once a step ran it (this request may run that step itself)."""
+        await self._turn(priority)
         # A step this request runs itself may never wait: this is where a cancelled request stops.
         await anyio.lowlevel.checkpoint()
         self._queue.append(unit)
@@ -463,13 +522,16 @@ class Engine:
 
     def _start(
         self, prompt: list[int], params: SamplingParams, constraint: GrammarConstraint | None,
-        context: RequestContext | None,
+        context: RequestContext | None, priority: int = 0,
     ) -> TokenStream:
+        chunk = self._prefill_chunk
+        if self.gate is not None and background(priority):
+            chunk = min(chunk, BACKGROUND_PREFILL_CHUNK)
         with self._shared:
             reuse = self.prefix_cache.lookup(prompt, [gen for gen in self._running if gen.prefilled])
             self.stats.cached_tokens += reuse[0]
             stream = self.decoder.start(self.lm, prompt, params, reuse=reuse, constraint=constraint,
-                                        prefill_chunk=self._prefill_chunk, context=context)
+                                        prefill_chunk=chunk, context=context)
             self._running.append(stream)
         return stream
 

@@ -193,6 +193,9 @@ class ChatRequest(_Lenient):
     n: int = Field(default=1, ge=1, le=1)
     ignore_eos: bool = False
     """vLLM's extension: keep generating past end-of-sequence (benchmarks)."""
+    priority: int = Field(default=0, ge=-MAX_TOKEN_COUNT, le=MAX_TOKEN_COUNT)
+    """vLLM's extension: lower is served first.  Here a request above 0 runs only while no request of a better
+    priority is in progress on any of the server's models (:mod:`agentspec.serve.priority`)."""
     agentspec_hints: list[str] | None = Field(default=None, max_length=MAX_HINTS)
     """Predicted completion texts for the ToolSpec decoder to draft from (agentspec.decoding.hint_drafter)."""
     agentspec_predicted_calls: list[PredictedCall] | None = Field(default=None, max_length=MAX_HINTS)

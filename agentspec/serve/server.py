@@ -29,6 +29,7 @@ from agentspec.models.local import load_model, require
 from agentspec.models.registry import resolve
 from agentspec.serve.app import DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TOKENS, create_app
 from agentspec.serve.engine import DEFAULT_PREFIX_CACHE_BYTES, Engine, PrefixCache
+from agentspec.serve.priority import PriorityGate
 
 __all__ = ["ServerThread", "load_engines", "serve_until_stopped"]
 
@@ -39,11 +40,13 @@ def load_engines(specs: list[str], *, decoder: str = "greedy", sidecar: str | No
 
     ``decoder="toolspec"`` serves greedy requests with the ToolSpec decoder
     (:mod:`agentspec.decoding.serving`), with a ``sidecar`` model if named.  Each engine's prefix cache keeps up
-    to ``prefix_cache_bytes`` of key/values.
+    to ``prefix_cache_bytes`` of key/values.  The engines share one
+    :class:`~agentspec.serve.priority.PriorityGate`: a request's ``priority`` orders it against every model's.
     """
     if decoder not in ("greedy", "toolspec"):
         raise ConfigError(f"unknown decoder {decoder!r}: use greedy or toolspec")
     engines: dict[str, Engine] = {}
+    gate = PriorityGate()
     for spec in specs:
         source = resolve(spec)
         if source.id in engines:
@@ -55,7 +58,8 @@ def load_engines(specs: list[str], *, decoder: str = "greedy", sidecar: str | No
             decoding = toolspec_decoder(lm, sidecar=sidecar)
         else:
             decoding = None
-        engines[source.id] = Engine(lm, decoder=decoding, prefix_cache=PrefixCache(max_bytes=prefix_cache_bytes))
+        engines[source.id] = Engine(lm, decoder=decoding, prefix_cache=PrefixCache(max_bytes=prefix_cache_bytes),
+                                    gate=gate)
     return engines
 
 

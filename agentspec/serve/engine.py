@@ -120,7 +120,8 @@ class EngineStats:
     prompt_logprob_requests: int = 0
     """Chat requests that asked for ``prompt_logprobs`` (their prompts are computed in full, not reused)."""
     priority_waits: int = 0
-    """Times a background request waited for better-priority requests to end (:mod:`agentspec.serve.priority`)."""
+    """Times a background request was held: once at its arrival, and again before each unit it could not run yet
+    for a better-priority request in progress (:mod:`agentspec.serve.priority`)."""
 
 
 class ForwardJob(Protocol):

@@ -33,8 +33,8 @@ from agentspec.models.registry import MODELS
 from agentspec.run_spec import RunSpec, role_given, role_prefix
 from agentspec.runtime.modes import noisy_oracle_p
 
-__all__ = ["SPECULATOR_PRIORITY", "OpenRoles", "RolePlan", "open_clients", "open_roles", "plan_roles", "preflight", "role_defaults",
-           "role_given", "role_model", "run_roles", "speculator_roles"]
+__all__ = ["SPECULATOR_PRIORITY", "OpenRoles", "RolePlan", "open_clients", "open_roles", "plan_roles", "preflight",
+           "role_defaults", "role_given", "role_model", "run_roles", "speculator_roles"]
 
 EMBEDDED_TIMEOUT_S = 3600
 """CPU generation is slow: a long timeout, and no retry that would redo a long generation."""

@@ -60,9 +60,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -325,34 +325,28 @@ class Engine:
         ``stats.requests``/``completed``/``cancelled``: only it knows why a
         generation ended.  ``priority``: vLLM's (lower first; module docstring).
         """
-        with self._priority(priority):
-            self.stats.active += 1
-            self.stats.prompt_tokens += len(prompt)
-            gen: TokenStream | None = None
-            try:
-                await self._arrive(priority)
-                try:
-                    gen = await self._run(_Unit("start", lambda: self._start(prompt, params, constraint, context,
-                                                                             priority)), priority)
-                    if on_start is not None:
-                        on_start(gen.cached)
-                    while not gen.prefilled:
-                        await self._run(_Unit("prefill", gen.prefill, gen), priority)
-                    while True:
-                        tokens, finish = await self._run(_Unit("decode", gen.decode, gen), priority)
-                        self.stats.generated_tokens += len(tokens)
-                        yield tokens, finish
-                        if finish is not None:
-                            break
-                finally:
-                    self._away()
-            finally:
-                self.stats.active -= 1
-                if gen is not None:
-                    with self._shared:
-                        self._running.remove(gen)
-                        self.prefix_cache.store(gen.covered, gen.layers())
-                    gen.close()
+        self.stats.prompt_tokens += len(prompt)
+        gen: TokenStream | None = None
+        try:
+            async with self._request(priority):
+                gen = await self._run(_Unit("start", lambda: self._start(prompt, params, constraint, context,
+                                                                         priority)), priority)
+                if on_start is not None:
+                    on_start(gen.cached)
+                while not gen.prefilled:
+                    await self._run(_Unit("prefill", gen.prefill, gen), priority)
+                while True:
+                    tokens, finish = await self._run(_Unit("decode", gen.decode, gen), priority)
+                    self.stats.generated_tokens += len(tokens)
+                    yield tokens, finish
+                    if finish is not None:
+                        break
+        finally:
+            if gen is not None:
+                with self._shared:
+                    self._running.remove(gen)
+                    self.prefix_cache.store(gen.covered, gen.layers())
+                gen.close()
 
     async def run_job(self, job: ForwardJob, priority: int = 0) -> Any:
         """Run ``job`` as units of this engine's steps (:class:`ForwardJob`); return what its :meth:`run` returns.
@@ -360,41 +354,36 @@ class Engine:
         Its units share steps with the generations in progress like their prefill chunks do; afterwards its
         key/values go into the prefix cache (a verified chain's accepted path serves the next decision).
         """
-        with self._priority(priority):
-            self.stats.active += 1
-            started = False
-            try:
-                await self._arrive(priority)
+        started = False
+        try:
+            async with self._request(priority):
+                await self._run(_Unit("start", lambda: self._start_job(job)), priority)
+                started = True
+                while not job.prefilled:
+                    await self._run(_Unit("prefill", job.prefill, job=job), priority)
+                return await self._run(_Unit("verify", job.run, job=job), priority) if job.runs_model else job.run()
+        finally:
+            if started:
+                with self._shared:
+                    self.prefix_cache.store(job.covered, job.layers())
+
+    @asynccontextmanager
+    async def _request(self, priority: int) -> AsyncIterator[None]:
+        """A request in progress: counted active, known to the gate, and counted as running here once the gate
+        lets it in (a background one waits first); a step gathering units stops waiting for it when it ends."""
+        self.stats.active += 1
+        try:
+            with self.gate.live(priority) if self.gate is not None else nullcontext():
+                if self.gate is not None and background(priority):
+                    self.stats.priority_waits += 1
+                    await self.gate.arrive(priority)
+                self._live += 1
                 try:
-                    await self._run(_Unit("start", lambda: self._start_job(job)), priority)
-                    started = True
-                    while not job.prefilled:
-                        await self._run(_Unit("prefill", job.prefill, job=job), priority)
-                    if not job.runs_model:
-                        return job.run()
-                    return await self._run(_Unit("verify", job.run, job=job), priority)
+                    yield
                 finally:
                     self._away()
-            finally:
-                self.stats.active -= 1
-                if started:
-                    with self._shared:
-                        self.prefix_cache.store(job.covered, job.layers())
-
-    @contextmanager
-    def _priority(self, priority: int) -> Iterator[None]:
-        if self.gate is None:
-            yield
-        else:
-            with self.gate.live(priority):
-                yield
-
-    async def _arrive(self, priority: int) -> None:
-        """Count a request as running here, once the gate lets it in (a background one waits first)."""
-        if self.gate is not None and background(priority):
-            self.stats.priority_waits += 1
-            await self.gate.arrive(priority)
-        self._live += 1
+        finally:
+            self.stats.active -= 1
 
     def _away(self) -> None:
         """A request stops counting as running: a step gathering units need not wait for it any more."""

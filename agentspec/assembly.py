@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentspec.bench.episode import Episode, LoggedEpisode
-from agentspec.bench.protocol import Bench, ModeFigures, has_user, solo_calls, user_of
+from agentspec.bench.protocol import Bench, ModeFigures, RecordedRuns, has_user, solo_calls, user_of
 from agentspec.bench.registry import BENCHES, shipped_macros
 from agentspec.bench.registry import bench_data as registry_bench_data
 from agentspec.errors import AgentSpecError, ConfigError
@@ -45,6 +45,13 @@ from agentspec.runtime.modes import Mode
 from agentspec.runtime.policies import DONE, LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
 from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, LLMProber, Prober, SimulatedProber
 from agentspec.runtime.real_time import real_time_backend
+from agentspec.runtime.recorded import (
+    RecordedAuthority,
+    RecordedEpisode,
+    RecordedUser,
+    Recording,
+    observation_mismatches,
+)
 from agentspec.runtime.runlog import RunLog, TaskLog
 from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
 from agentspec.runtime.spork import SporkConfig
@@ -69,6 +76,8 @@ class Parts:
     """The mode's governor, which ``speculator`` (then a :class:`SpeculatorPanel`) runs under."""
     on_backend: list[Callable[[SnapshotBackend], None]] = field(default_factory=list)
     """Told the episode's backend once it is open (the learned speculator's look-ahead forks it)."""
+    recorded: RecordedEpisode | None = None
+    """``--agent replay``: the recorded episode the authority and the user replay."""
 
 
 @dataclass
@@ -108,10 +117,19 @@ class Outcome:
             "clock": "virtual (trio MockClock, autojump)" if self.virtual_clock else "wall",
             "latency_model": spec.latency.name if spec.latency else None,
             "models": "replayed from " + spec.replay if spec.replay else ("recorded to " + spec.record if spec.record else "live"),
-            "macros": self.macros_path, **(self.data or {}),
+            "macros": self.macros_path, **(self.data or {}), **_recording_summary(spec, bench),
             "modes": summaries, "speedup_vs_sequential": _speedups(summaries), "run_wall_s": round(self.wall_s, 3),
         }
         return Results.of(spec.model_dump(mode="json"), summary, records)
+
+
+def _recording_summary(spec: RunSpec, bench: Bench[Any]) -> dict[str, Any]:
+    """``--agent replay``: which recorded run played, whose and under which policy."""
+    if spec.agent != "replay":
+        return {}
+    recording = recorded_run(spec, bench)
+    return {"recording": {"file": recording.source, "sha256": recording.digest, "agent_model": recording.agent_model,
+                          "user_model": recording.user_model, "policy": recording.policy}}
 
 
 def _mode_summary(bench: Bench[Any], records: list[dict[str, Any]], result: ModeResult) -> dict[str, Any]:
@@ -181,7 +199,8 @@ def mode_governor(spec: RunSpec, mode: Mode) -> Governor | None:
 
 
 def govern(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: dict[str, ModelClient], parts: Parts,
-           governor: Governor | None, *, solo: bool, distractors: Sequence[ToolCall] | None = None) -> Parts:
+           governor: Governor | None, *, solo: bool, distractors: Sequence[ToolCall] | None = None,
+           trial: int = 0) -> Parts:
     """``parts`` with its speculator made a :class:`SpeculatorPanel` of the spec's speculators, in order (each
     further one built as :func:`episode_parts` builds the first), under ``governor``.  Unchanged when there is
     nothing to govern or combine."""
@@ -193,7 +212,7 @@ def govern(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: dic
         alone = spec.model_copy(update={"speculator_model": model, "speculator_base_url": None, "more_speculators": []})
         role = f"speculator{i}"
         own = {**clients, "speculator": clients[role]} if role in clients else clients
-        own_parts = episode_parts(alone, mode, bench, task, own, solo=solo, distractors=distractors)
+        own_parts = episode_parts(alone, mode, bench, task, own, solo=solo, distractors=distractors, trial=trial)
         assert own_parts.speculator is not None
         members.append((names[i - 1], own_parts.speculator))
         parts.on_backend.extend(own_parts.on_backend)  # a further learned speculator looks ahead too
@@ -233,32 +252,37 @@ def model_policy(spec: RunSpec, client: ModelClient, prompt: str, tools: list, *
 
 
 def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: dict[str, ModelClient],
-                  *, solo: bool, distractors: Sequence[ToolCall] | None = None) -> Parts:
-    """Authority, speculator, prober and user for ``task`` in ``mode``, as the spec says.  ``distractors``: the
-    bench's, read once for a whole run by the caller (asked of the bench when not given)."""
+                  *, solo: bool, distractors: Sequence[ToolCall] | None = None, trial: int = 0) -> Parts:
+    """Authority, speculator, prober and user for ``task`` (its ``trial``) in ``mode``, as the spec says.
+    ``distractors``: the bench's, read once for a whole run by the caller (asked of the bench when not given)."""
     prompt = bench.system_prompt(task, solo=solo) + (f"\n\n{spec.instructions}" if spec.instructions else "")
     tools = bench.tools(task, solo=solo)
     simulated = spec.latency or LatencyModel()  # scripted models take the latency model's time (none without one)
     oracle = spec.agent == "oracle"
-    gold = _oracle_gold(bench, task, solo) if oracle else []
+    recorded = recorded_run(spec, bench).episode(task.id, trial) if spec.agent == "replay" else None
+    # The calls to come, for a noisy oracle and a simulated prober: the gold ones, or the recording's decisions.
+    gold = _oracle_gold(bench, task, solo) if oracle else recorded.decided() if recorded is not None else []
     if distractors is None:
-        distractors = bench.distractors() if oracle else []
+        distractors = bench.distractors() if gold else []
     distractors = list(distractors)
     authority: Policy
     replayed = spec.replay is not None  # a replayed model is simulated too: it takes the latency model's time
     model: LLMPolicy | None = None
     if oracle:
         authority = SimulatedLatency(OracleAuthority(gold), simulated, "authority", spec.spork.probe_every)
+    elif recorded is not None:
+        authority = recorded_authority(spec, recorded, solo)
     else:
         authority = model = model_policy(spec, clients["agent"], prompt, tools, solo=solo, role="authority")
         if replayed:
             authority = SimulatedLatency(model, simulated, "authority", spec.spork.probe_every)
-    parts = Parts(authority)
+    parts = Parts(authority, recorded=recorded)
     if mode.speculates:
         if spec.learned_path is not None:
             # Fitted tables, no model: only its measured predict time and its look-ahead calls take clock time.
             learned, hook = episode_speculator(spec.learned_path, bench, task, latency=spec.latency,
-                                               virtual=spec.virtual_clock, seed=spec.seed, width=max(3, spec.spec_width))
+                                               virtual=spec.virtual_clock, seed=spec.seed, width=max(3, spec.spec_width),
+                                               solo=solo)
             parts.speculator = learned
             parts.on_backend.append(hook)
         elif spec.noisy_p is not None:
@@ -276,8 +300,79 @@ def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clien
             prober = LLMProber.of(model, opening=opening, max_tokens=spec.spork.probe_tokens)
             parts.prober = SimulatedProbeLatency(prober, simulated) if replayed else prober
     if not solo:
-        parts.user = user_of(bench, task, None if oracle else clients["user"])
+        if recorded is not None:
+            parts.user = RecordedUser(recorded, timed=recorded_clock(spec))
+        else:
+            parts.user = user_of(bench, task, None if oracle else clients["user"])
     return parts
+
+
+# --- a recorded agent (--agent replay) ---------------------------------------------------------------
+
+
+def recorded_run(spec: RunSpec, bench: Bench[Any]) -> Recording:
+    """The recorded run ``spec.runs`` names, as ``bench`` reads it (read once per run); one ConfigError line when
+    the bench reads no recordings or the file is not one."""
+    if spec.runs is None:
+        raise ConfigError("--agent replay needs --runs FILE")
+    if not isinstance(bench, RecordedRuns):
+        raise ConfigError(f"{bench.name} reads no recorded runs: --agent replay plays tau2-bench's simulation files")
+    recording = bench.read_recording(spec.runs)
+    if recording is None:
+        raise ConfigError(f"--runs {spec.runs}: not a recorded run {bench.name} reads (tau2-bench's simulation file, "
+                          "or a run folder holding its results.json)")
+    return recording
+
+
+def recorded_clock(spec: RunSpec) -> bool:
+    """Whether the recorded agent takes its recorded time (``--latency-model recorded``)."""
+    return spec.latency is not None and spec.latency.recorded
+
+
+def recorded_authority(spec: RunSpec, recorded: RecordedEpisode, solo: bool) -> Policy:
+    """The recorded agent as the authority: on its own clock (``--latency-model recorded``), on another latency
+    model's (each decision timed by its tokens), or taking no time.  In normal mode its decisions start after the
+    opening, which no decision makes."""
+    timed = recorded_clock(spec)
+    if timed:
+        recorded.check_timed()
+    authority = RecordedAuthority(recorded, timed=timed, offset=0 if solo else 1)
+    if timed or spec.latency is None:
+        return authority
+    return SimulatedLatency(authority, spec.latency, "authority", spec.spork.probe_every)
+
+
+def replay_jobs(spec: RunSpec, bench: Bench[Any]) -> tuple[list[Any], list[tuple[Any, int]]]:
+    """``--agent replay``'s tasks and jobs: each recorded episode (its task and trial), in the recording's order,
+    of the tasks ``task_ids`` (or an explicit ``split``) selects, at most ``limit`` tasks."""
+    recording = recorded_run(spec, bench)
+    ids = recording.task_ids()
+    if spec.task_ids:
+        missing = [t for t in spec.task_ids if t not in ids]
+        if missing:
+            raise ConfigError(f"--task-ids: {recording.source} has no episode of {missing[0]!r}")
+        ids = list(spec.task_ids)
+    elif spec.split is not None:
+        in_split = {task.id for task in bench.tasks(spec.split)}
+        ids = [t for t in ids if t in in_split]
+    ids = ids[: spec.limit] if spec.limit is not None else ids
+    if not ids:
+        raise ConfigError(f"--runs {recording.source}: no recorded episode of the {spec.split} split's tasks")
+    tasks = bench.tasks(spec.split or bench.default_split, ids)
+    by_id = {task.id: task for task in tasks}
+    jobs = [(by_id[e.task_id], e.trial) for e in recording.episodes if e.task_id in by_id]
+    return tasks, jobs
+
+
+def resolve_replay(spec: RunSpec, bench: Bench[Any]) -> RunSpec:
+    """``spec`` with a recorded run's play (solo or with its user) taken from the recording."""
+    if spec.agent != "replay":
+        return spec
+    recording = recorded_run(spec, bench)
+    if spec.solo and not recording.solo:
+        raise ConfigError(f"--solo: {recording.source} was recorded with a user; its user's side is replayed too "
+                          "(drop --solo)")
+    return spec.model_copy(update={"solo": recording.solo})
 
 
 def is_solo(spec: RunSpec, bench: Bench[Any]) -> bool:
@@ -306,6 +401,8 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
             trajectory = steps_trajectory(task.id, result.steps, result.termination)
             evaluation = await bench.evaluate(task, result.steps, result.termination, solo=solo, live=backend,
                                               final=result.final)
+            if parts.recorded is not None:
+                loop.metrics.observe_mismatches(observation_mismatches(parts.recorded, trajectory.messages))
         except ReplayMiss:
             raise  # a replay that lacks an answer replays nothing: the whole run is wrong, not this episode
         except AgentSpecError as exc:
@@ -321,6 +418,11 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
         "macros_fired": sorted({s.macro_id for s in loop.steps if s.macro_id}),
         "timeline": [vars(e) for e in loop.timeline.events],
     }
+    if parts.recorded is not None:  # what the recording's own evaluator said, beside agentspec's
+        recorded = parts.recorded
+        execution["recorded"] = {"source": recorded.source, "reward": recorded.reward,
+                                 "termination": recorded.termination.value if recorded.termination else None,
+                                 "duration_s": recorded.duration_s}
     timings = {"wall_s": time.perf_counter() - started, "simulated_wall_s": loop.metrics.wall_s}
     return Episode(task.id, trial, trajectory, evaluation, timings, error, execution)
 
@@ -369,6 +471,7 @@ def check_held_out(spec: RunSpec, bench: Bench[Any], tasks: Sequence[Any]) -> No
     if not spec.needs_speculator:
         return
     ids = {task.id for task in tasks}
+    recording = recorded_run(spec, bench).digest if spec.agent == "replay" else None
     for model in dict.fromkeys([spec.speculator_model, *spec.more_speculators]):
         path = learned_speculator(model)
         if not path:
@@ -377,6 +480,12 @@ def check_held_out(spec: RunSpec, bench: Bench[Any], tasks: Sequence[Any]) -> No
         if fitted_on.bench is not None and fitted_on.bench != bench.name:
             raise ConfigError(f"speculator {path} was fitted on bench {fitted_on.bench}, not {bench.name}: fit one on "
                               f"{bench.name}")
+        if recording is not None:  # another recording's episodes of the same tasks are fair: leave this one out
+            try:
+                fitted_on.check_unseen(sorted(ids), recording)
+            except ConfigError as exc:
+                raise ConfigError(f"speculator {path}: {exc}") from None
+            continue
         seen = ids & set(fitted_on.task_ids)
         if seen:
             raise ConfigError(f"{len(seen)} of the run's {len(ids)} tasks are in the fit of speculator {path} "

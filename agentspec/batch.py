@@ -35,6 +35,7 @@ from agentspec.errors import ConfigError
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
 from agentspec.models.cassette import FILE as CASSETTE_FILE
+from agentspec.results import results_file
 from agentspec.run_spec import RunSpec
 from agentspec.runtime.governor import Governor
 from agentspec.runtime.modes import Mode
@@ -94,6 +95,11 @@ def log_config(spec: RunSpec, mode: Mode) -> dict[str, Any]:
     if spec.replay:
         recording = Path(spec.replay) / CASSETTE_FILE
         settings["replay"] = sha256_file(recording) if recording.is_file() else None
+    if spec.runs:  # a recorded agent's run, by content (a run folder holds it as its results file)
+        try:
+            settings["runs"] = sha256_file(results_file(spec.runs))
+        except ConfigError:
+            settings["runs"] = None
     return settings
 
 
@@ -140,7 +146,8 @@ class ModeRun:
     @classmethod
     def of(cls, spec: RunSpec, mode: Mode, bench: Bench[Any], macros: MacroLibrary | None = None) -> ModeRun:
         """``mode``'s batch on the clock it is called on (call it inside the run's event loop)."""
-        distractors = list(bench.distractors()) if spec.agent == "oracle" else []  # every task's gold calls: once
+        # Every task's gold calls, once: what a noisy oracle or a simulated prober draws its wrong guesses from.
+        distractors = list(bench.distractors()) if spec.agent in ("oracle", "replay") else []
         return cls(spec, mode, bench, macros, is_solo(spec, bench), distractors, virtual_clock() is not None)
 
     @property
@@ -157,10 +164,12 @@ class ModeRun:
         of it unfinished); ``governor``/``learner``: the mode's, when it has them."""
         spec, mode, bench = self.spec, self.mode, self.bench
         task, trial = job
-        parts = episode_parts(spec, mode, bench, task, clients, solo=self.solo, distractors=self.distractors)
+        parts = episode_parts(spec, mode, bench, task, clients, solo=self.solo, distractors=self.distractors,
+                              trial=trial)
         if learner is not None and isinstance(parts.speculator, LearnedSpeculator):
             parts.speculator.model = learner.model  # this run's tables, updated as its tasks finish
-        parts = govern(spec, mode, bench, task, clients, parts, governor, solo=self.solo, distractors=self.distractors)
+        parts = govern(spec, mode, bench, task, clients, parts, governor, solo=self.solo, distractors=self.distractors,
+                       trial=trial)
         episode = await run_episode(spec, mode, bench, task, parts, trial=trial, macros=self.macros, log=log,
                                     resumed=resumed)
         if learner is not None:

@@ -28,7 +28,9 @@ from agentspec.assembly import (
     load_macros,
     mode_governor,
     online_learner,
+    replay_jobs,
     resolve_learned,
+    resolve_replay,
     select_tasks,
 )
 from agentspec.batch import Job, LocalStrategy, ModeRun, Strategy, on_clock, prior_log, run_mode
@@ -91,8 +93,12 @@ def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Outcome:
                                max_errors=spec.max_errors, options=spec.bench_options)
     if not spec.solo and not has_user(bench) and spec.agent == "llm" and spec.user_model:
         raise ConfigError(f"{bench.name} has no user simulator: drop --user-model")
-    tasks = select_tasks(spec, bench)
-    jobs = [(task, trial) for trial in range(spec.trials) for task in tasks]
+    spec = resolve_replay(spec, bench)
+    if spec.agent == "replay":  # the recorded episodes, each its task's trial
+        tasks, jobs = replay_jobs(spec, bench)
+    else:
+        tasks = select_tasks(spec, bench)
+        jobs = [(task, trial) for trial in range(spec.trials) for task in tasks]
     spec = resolve_learned(spec, bench)
     check_held_out(spec, bench, tasks)
     path, macros = load_macros(spec)

@@ -22,7 +22,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 
 from agentspec.errors import ConfigError
 from agentspec.runtime.config import LoopSettings, SporkConfig
-from agentspec.runtime.latency import LatencyModel
+from agentspec.runtime.latency import LatencyModel, tool_latency
 from agentspec.runtime.modes import Mode, noisy_oracle_p, parse_modes
 
 
@@ -62,7 +62,12 @@ class RunSpec(LoopSettings):
     solo: bool = False
     """No user simulator: the agent makes every call and ends with ``done`` (a bench without a user is always solo)."""
 
-    agent: Literal["oracle", "llm"] = "llm"
+    agent: Literal["oracle", "llm", "replay"] = "llm"
+    """Who decides: a model (``llm``), the gold calls (``oracle``), or a recorded run of a real agent (``replay``:
+    ``runs`` names it; its user's side is replayed too)."""
+    runs: str | None = None
+    """``--agent replay``: the recorded run it replays (a file in the bench's own format, e.g. tau2's simulations);
+    its tasks and trials are the run's unless ``task_ids``/``split``/``limit`` narrow them."""
     agent_model: str | None = None
     agent_base_url: str | None = None
     user_model: str | None = None
@@ -99,6 +104,8 @@ class RunSpec(LoopSettings):
     macros: str | None = None
     """Macro library for smc; None takes the bench's shipped library when a mode is smc."""
     latency_model: str | LatencyModel | None = None
+    tool_latency: float | str | None = None
+    """``--tool-latency``: every tool's time in seconds, or a preset's tool times, over the latency model's own."""
     spork: SporkSettings = Field(default_factory=SporkSettings)
 
     record: str | None = None
@@ -149,10 +156,23 @@ class RunSpec(LoopSettings):
         return LatencyModel.load(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
+    def _tool_times(self) -> RunSpec:
+        if self.tool_latency is None:
+            return self
+        if not isinstance(self.latency_model, LatencyModel):
+            raise ConfigError("--tool-latency times tools on a latency model's clock: pass --latency-model too")
+        tools = tool_latency(self.tool_latency)
+        if self.latency_model.tool != tools:
+            self.latency_model = self.latency_model.model_copy(update={"tool": tools})
+        return self
+
+    @model_validator(mode="after")
     def _coherent(self) -> RunSpec:
         noisy = self.noisy_p  # raises on a bad P
-        if noisy is not None and self.agent != "oracle":
-            raise ConfigError("noisy-oracle speculators need the gold calls: use them with --agent oracle")
+        if noisy is not None and self.agent == "llm":
+            raise ConfigError("noisy-oracle speculators need the gold calls (--agent oracle) or a recording's calls "
+                              "(--agent replay) to know the next call")
+        self._check_replay()
         # The Python API (no bench) passes its policies itself; a bench run needs the speculator named.
         if self.bench is not None and self.needs_speculator and noisy is None and not self.role_named("speculator"):
             raise ConfigError("modes sa and smc need --speculator-model (a model, or noisy-oracle:P with --agent oracle)")
@@ -171,6 +191,25 @@ class RunSpec(LoopSettings):
         if self.save_speculator and not self.learn_online:
             raise ConfigError("--save-speculator writes what --learn-online learned: pass --learn-online too")
         return self
+
+    def _check_replay(self) -> None:
+        replay = self.agent == "replay"
+        if replay and not self.runs:
+            raise ConfigError("--agent replay plays a recorded run: give it with --runs FILE")
+        if self.runs and not replay:
+            raise ConfigError("--runs names the recorded run --agent replay plays: pass --agent replay")
+        if self.latency is not None and self.latency.recorded and not replay:
+            raise ConfigError("--latency-model recorded is a recording's own clock: it times --agent replay only")
+        if not replay:
+            return
+        if any(m.spork for m in self.modes):
+            raise ConfigError("SPORK probes the authority's own unfinished answer, which a recorded agent does not "
+                              "have: run --agent replay in sequential, sa or smc")
+        if self.macro_commit != "verified" and any(m.base == "smc" for m in self.modes):
+            raise ConfigError("a recorded agent's decisions cannot change, so smc must verify each chain against it: "
+                              "drop --macro-commit trusted")
+        if self.record or self.replay:
+            raise ConfigError("--agent replay runs no model: --record and --replay (a model cassette) do not apply")
 
     # --- derived facts ----------------------------------------------------------------
 
@@ -196,7 +235,7 @@ class RunSpec(LoopSettings):
         trio's virtual clock."""
         speculators = [self.speculator_model, *self.more_speculators]
         simulated = all(noisy_oracle_p(s) is not None or learned_speculator(s) is not None for s in speculators)
-        scripted = self.agent == "oracle" and (simulated or not self.needs_speculator)
+        scripted = self.agent in ("oracle", "replay") and (simulated or not self.needs_speculator)
         return self.latency is not None and (scripted or self.replay is not None)
 
     @property
@@ -239,14 +278,14 @@ class RunSpec(LoopSettings):
 
 
 NOT_RESULTS = frozenset({
-    "out", "resume", "overwrite", "progress", "concurrency", "cluster", "record", "replay", "modes", "data_dir",
+    "out", "resume", "overwrite", "progress", "concurrency", "cluster", "record", "replay", "runs", "modes", "data_dir",
     "task_ids", "split", "limit", "trials", "agent_base_url", "user_base_url", "speculator_base_url",
     "speculator_hints", "save_speculator",
 })
 """RunSpec fields that do not change a task's result: where output and models live, how the run is spread, which
 tasks run, whether the authority gets draft hints (a hint changes its speed, never its output; and None is only
 resolved once the models are planned).  ``replay`` changes results through the recording, which the run's caller
-hashes; ``data_dir`` through the tasks' data, hashed per task."""
+hashes (as it does the recorded run ``runs`` names); ``data_dir`` through the tasks' data, hashed per task."""
 
 RUNTIME_ONLY_SPORK = ("per_tool_gate", "contention", "forward_hints")
 """SPORK settings no flag sets (only the Python API passes them, in its own :class:`SporkConfig`)."""

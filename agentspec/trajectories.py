@@ -7,7 +7,8 @@ observation it got (``None`` when unknown).  Two sources::
     [MinedTrajectory(task_id='[mms_issue]...', source='runs/oracle-base/results.json', steps=(...))]
     >>> gold_trajectories(bench, "train")        # doctest: +SKIP
 
-``read_results`` reads a run's ``results.json`` (any format :class:`agentspec.results.Results`
+``read_runs`` reads either kind of run: a recording of a real agent in its bench's own format (tau2's simulation
+files: :func:`recorded_trajectories`), or agentspec's own.  ``read_results`` reads a run's ``results.json`` (any format :class:`agentspec.results.Results`
 reads).  Only episodes with
 ``reward >= min_reward`` and no recorded error are kept, and only the
 *agent's* calls (a user simulator's calls are not decisions a speculator
@@ -20,15 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from agentspec.bench.protocol import solo_calls
+from agentspec.bench.protocol import recording_at, solo_calls
 from agentspec.errors import ConfigError
 from agentspec.results import PLAIN, Results, results_file
+from agentspec.runtime.recorded import Recording
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Message, Observation, Requestor, ToolCall
 
@@ -42,6 +44,9 @@ class MinedTrajectory:
     task_id: str
     source: str
     steps: tuple[Step, ...]
+    recording: str | None = None
+    """The sha256 of the recorded run (a real model's, in its bench's own format) it comes from; None for an
+    agentspec run or gold calls."""
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -98,6 +103,34 @@ def read_results(path: str | Path, *, min_reward: float = 1.0) -> list[MinedTraj
             if trajectory.steps:
                 out.append(trajectory)
     return out
+
+
+def recorded_trajectories(recording: Recording, *, min_reward: float = 1.0) -> list[MinedTrajectory]:
+    """The agent's calls of each episode of a recorded run (a real model's, read by its bench) that its own
+    evaluator scored at least ``min_reward`` (an unscored one counts 0), with the recording's answers."""
+    out = []
+    for episode in recording.episodes:
+        if (episode.reward or 0.0) < min_reward:
+            continue
+        trajectory = trajectory_from_messages(episode.task_id, episode.messages, episode.source)
+        if trajectory.steps:
+            out.append(replace(trajectory, recording=recording.digest))
+    return out
+
+
+RECORDED_MIN_REWARD = 0.0
+"""The default ``min_reward`` of a recorded run: a real agent's failed episodes are its behaviour too (what a
+speculator of that agent must predict), where an agentspec run's default keeps only solved ones (1.0)."""
+
+
+def read_runs(path: str | Path, bench: Any = None, *, min_reward: float | None = None) -> list[MinedTrajectory]:
+    """The episodes of a run at ``path`` with at least ``min_reward`` (None: 1.0 for an agentspec run,
+    :data:`RECORDED_MIN_REWARD` for a recording): a run recorded by ``bench``'s own tools (tau2's simulation files:
+    :func:`recorded_trajectories`, marked with the recording's sha256) or an agentspec run (:func:`read_results`)."""
+    recording = recording_at(bench, path) if bench is not None else None
+    if recording is not None:
+        return recorded_trajectories(recording, min_reward=RECORDED_MIN_REWARD if min_reward is None else min_reward)
+    return read_results(path, min_reward=1.0 if min_reward is None else min_reward)
 
 
 async def gold_trajectories(bench: GoldBench, split: str, source: str | None = None) -> list[MinedTrajectory]:

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real tau2 data beside the checkout, and one bench per session."""
+"""Shared fixtures: the real tau2 data and recorded runs beside the checkout, and one bench per session."""
 
 from __future__ import annotations
 
@@ -16,6 +16,15 @@ def tau2_dir() -> Path:
     if not (TAU2_DIR / "telecom" / "tasks.json").is_file():
         pytest.fail(f"tau2 data not found at {TAU2_DIR}: the tests need ../shared/data/tau2 beside the checkout")
     return TAU2_DIR
+
+
+@pytest.fixture(scope="session")
+def traces_dir(tau2_dir: Path) -> Path:
+    """Recorded tau2-bench runs of real agents (``../shared/data/traces``, beside the tau2 data)."""
+    folder = tau2_dir.parent / "traces"
+    if not (folder / "README.md").is_file():
+        pytest.fail(f"recorded runs not found at {folder}: the tests need ../shared/data/traces beside the checkout")
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -198,13 +198,13 @@ def test_get_customer_by_phone(tools: CarrierTools) -> None:
     assert run_json(tools, "get_customer_by_phone", phone_number="555-123-2003")["customer_id"] == "C1001"
     assert run_json(tools, "get_customer_by_phone", phone_number="555-123-1003")["customer_id"] == "C1003"
     content, error = run(tools, "get_customer_by_phone", phone_number="555-000-0000")
-    assert error and content.startswith("Error: ")
+    assert error and content == "Error: Customer with phone number 555-000-0000 not found"
 
 
 def test_get_customer_by_id_serialises_record(tools: CarrierTools) -> None:
     data = run_json(tools, "get_customer_by_id", customer_id="C1001")
     assert data["account_status"] == "Active"
-    assert data["created_at"] == "2025-01-15T10:30:00"
+    assert data["created_at"] == "2025-01-15 10:30:00"  # a space, not ISO's "T", as the reference writes it
     assert data["payment_methods"][0]["method_type"] == "Credit Card"
     assert data["address"]["zip_code"] == "90210"
     _, error = run(tools, "get_customer_by_id", customer_id="C9999")
@@ -219,8 +219,11 @@ def test_get_customer_by_name(tools: CarrierTools) -> None:
 
 
 def test_missing_or_extra_argument_is_error(tools: CarrierTools) -> None:
-    assert run(tools, "get_customer_by_id")[1]
-    assert run(tools, "get_customer_by_id", customer_id="C1001", extra=1)[1]
+    # Python's own text, naming the toolkit class as the reference's does.
+    assert run(tools, "get_customer_by_id") == (
+        "Error: TelecomTools.get_customer_by_id() missing 1 required positional argument: 'customer_id'", True)
+    assert run(tools, "get_customer_by_id", customer_id="C1001", extra=1) == (
+        "Error: TelecomTools.get_customer_by_id() got an unexpected keyword argument 'extra'", True)
 
 
 # ---------------------------------------------------------------- get_details_by_id
@@ -236,7 +239,7 @@ def test_get_details_by_id_dispatch(tools: CarrierTools, record_id: str, key: st
 
 def test_get_details_by_id_dates_and_enums(tools: CarrierTools) -> None:
     device = run_json(tools, "get_details_by_id", id="D1002")
-    assert device["device_type"] == "phone" and device["activation_date"] == "2025-02-15T11:45:00"
+    assert device["device_type"] == "phone" and device["activation_date"] == "2025-02-15 11:45:00"
     bill = run_json(tools, "get_details_by_id", id="B1001")
     assert bill["status"] == "Paid" and bill["issue_date"] == "2025-01-05" and len(bill["line_items"]) == 4
 
@@ -244,7 +247,11 @@ def test_get_details_by_id_dates_and_enums(tools: CarrierTools) -> None:
 @pytest.mark.parametrize("record_id", ["X1001", "l1002", "", "1002"])
 def test_get_details_by_id_unknown_prefix(tools: CarrierTools, record_id: str) -> None:
     content, error = run(tools, "get_details_by_id", id=record_id)
-    assert error and "Unknown ID" in content
+    assert error and content == f"Error: Unknown ID format or type: {record_id}"
+
+
+def test_get_details_by_id_of_a_number_is_error(tools: CarrierTools) -> None:
+    assert run(tools, "get_details_by_id", id=5) == ("Error: 'int' object has no attribute 'startswith'", True)
 
 
 @pytest.mark.parametrize("record_id", ["L9999", "D9999", "B9999", "C9999", "P9999", "Cx"])
@@ -271,7 +278,10 @@ def test_get_details_by_id_dispatches_on_first_char_only(tools: CarrierTools) ->
 def test_ownership_errors(tools: CarrierTools, db: CarrierDB, name: str, customer_id: str, line_id: str) -> None:
     before = db.model_dump()
     content, error = run(tools, name, customer_id=customer_id, line_id=line_id)
-    assert error and content.startswith("Error: ")
+    if customer_id == "C9999":
+        assert error and content == f"Error: Customer with ID {customer_id} not found"
+    else:
+        assert error and content == f"Error: Line {line_id} not found for customer {customer_id}"
     assert db.model_dump() == before
 
 
@@ -291,13 +301,13 @@ def test_suspend_and_refuel_check_ownership(tools: CarrierTools) -> None:
 
 def test_suspend_line(tools: CarrierTools, db: CarrierDB) -> None:
     result = run_json(tools, "suspend_line", customer_id="C1001", line_id="L1002", reason="travel")
-    assert "$5" in result["message"]
+    assert result["message"] == "Line suspended successfully. $5/month holding fee will apply."
     assert result["line"]["status"] == "Suspended" and result["line"]["suspension_start_date"] == "2025-02-25"
     line = db.line("L1002")
     assert line.status == LineStatus.SUSPENDED and line.suspension_start_date == TODAY
     assert all(not b.line_items for b in db.bills if b.bill_id == "B1003")  # the fee is never charged
     content, error = run(tools, "suspend_line", customer_id="C1001", line_id="L1002", reason="again")
-    assert error and "not active" in content
+    assert error and content == "Error: Line must be active to suspend"
 
 
 def test_suspend_line_rejects_non_active(tools: CarrierTools) -> None:
@@ -306,10 +316,11 @@ def test_suspend_line_rejects_non_active(tools: CarrierTools) -> None:
 
 def test_resume_line(tools: CarrierTools, db: CarrierDB) -> None:
     result = run_json(tools, "resume_line", customer_id="C1001", line_id="L1003")
+    assert result["message"] == "Line resumed successfully"
     assert result["line"]["status"] == "Active" and result["line"]["suspension_start_date"] is None
     assert db.line("L1003").status == LineStatus.ACTIVE and db.line("L1003").suspension_start_date is None
     content, error = run(tools, "resume_line", customer_id="C1001", line_id="L1003")
-    assert error and "cannot be resumed" in content
+    assert error and content == "Error: Line must be suspended to resume"
 
 
 def test_resume_line_pending_activation(tools: CarrierTools, db: CarrierDB) -> None:
@@ -360,7 +371,7 @@ def test_get_bills_for_customer_limit_is_a_python_slice(tools: CarrierTools) -> 
 
 def test_send_payment_request(tools: CarrierTools, db: CarrierDB) -> None:
     content, error = run(tools, "send_payment_request", customer_id="C1002", bill_id="B1005")
-    assert not error and isinstance(content, str) and "B1005" in content
+    assert not error and content == "Payment request sent to the customer for bill B1005"
     assert db.bill("B1005").status == BillStatus.AWAITING_PAYMENT
 
 
@@ -371,14 +382,14 @@ def test_send_payment_request_any_status_even_paid(tools: CarrierTools, db: Carr
 
 def test_send_payment_request_check_order(tools: CarrierTools, db: CarrierDB) -> None:
     content, error = run(tools, "send_payment_request", customer_id="C9999", bill_id="B1001")
-    assert error and "C9999" in content and "not found" in content
+    assert error and content == "Error: Customer with ID C9999 not found"
     db.bill("B1002").status = BillStatus.AWAITING_PAYMENT
     # The awaiting-payment check comes before the ownership check of bill_id.
     content, error = run(tools, "send_payment_request", customer_id="C1001", bill_id="B1005")
-    assert error and "awaiting payment" in content
+    assert error and content == "Error: A bill is already awaiting payment for this customer"
     db.bill("B1002").status = BillStatus.ISSUED
     content, error = run(tools, "send_payment_request", customer_id="C1001", bill_id="B1005")
-    assert error and "does not belong" in content
+    assert error and content == "Error: Bill B1005 not found for customer C1001"
     assert db.bill("B1005").status == BillStatus.OVERDUE
 
 
@@ -394,30 +405,30 @@ def test_only_one_bill_awaiting_payment(tools: CarrierTools, db: CarrierDB) -> N
 def test_get_data_usage(tools: CarrierTools) -> None:
     assert run_json(tools, "get_data_usage", customer_id="C1001", line_id="L1002") == {
         "line_id": "L1002",
-        "data_used_gb": 8.7,
-        "data_limit_gb": 15.0,
-        "data_refueling_gb": 0.0,
+        "data_used_gb": "8.7",  # the numbers as text, as the reference answers
+        "data_limit_gb": "15.0",
+        "data_refueling_gb": "0.0",
         "cycle_end_date": "2025-02-28",
     }
 
 
 def test_roaming_enable_disable_idempotent(tools: CarrierTools, db: CarrierDB) -> None:
     already_on, error = run(tools, "enable_roaming", customer_id="C1001", line_id="L1002")
-    assert not error and "already" in already_on and db.line("L1002").roaming_enabled is True
+    assert not error and already_on == "Roaming was already enabled" and db.line("L1002").roaming_enabled is True
 
     turned_off, _ = run(tools, "disable_roaming", customer_id="C1001", line_id="L1002")
-    assert "already" not in turned_off and db.line("L1002").roaming_enabled is False
+    assert turned_off == "Roaming disabled successfully" and db.line("L1002").roaming_enabled is False
     already_off, error = run(tools, "disable_roaming", customer_id="C1001", line_id="L1002")
-    assert not error and "already" in already_off and db.line("L1002").roaming_enabled is False
+    assert not error and already_off == "Roaming was already disabled" and db.line("L1002").roaming_enabled is False
 
     turned_on, _ = run(tools, "enable_roaming", customer_id="C1001", line_id="L1002")
-    assert "already" not in turned_on and db.line("L1002").roaming_enabled is True
+    assert turned_on == "Roaming enabled successfully" and db.line("L1002").roaming_enabled is True
 
 
 def test_transfer_to_human_agents_changes_nothing(tools: CarrierTools, db: CarrierDB) -> None:
     before = db.model_dump()
     content, error = run(tools, "transfer_to_human_agents", summary="locked SIM")
-    assert not error and content
+    assert not error and content == "Transfer successful"
     assert db.model_dump() == before
 
 
@@ -426,8 +437,11 @@ def test_transfer_to_human_agents_changes_nothing(tools: CarrierTools, db: Carri
 
 def test_refuel_charges_existing_draft_bill(tools: CarrierTools, db: CarrierDB) -> None:
     result = run_json(tools, "refuel_data", customer_id="C1001", line_id="L1002", gb_amount=2.0)
-    assert result["new_data_refueling_gb"] == 2.0 and result["charge"] == 4.0
-    assert "$4.00" in result["message"]
+    assert result == {  # the amounts as text, as the reference answers
+        "message": "Successfully added 2.0 GB of data for line L1002 for $4.00",
+        "new_data_refueling_gb": "2.0",
+        "charge": "4.0",
+    }
     assert db.line("L1002").data_refueling_gb == 2.0
     b1003 = db.bill("B1003")
     assert b1003.total_due == 4.0
@@ -454,7 +468,7 @@ def test_refuel_ignores_line_status(tools: CarrierTools, db: CarrierDB) -> None:
 def test_refuel_non_positive_is_error(tools: CarrierTools, db: CarrierDB, amount: float) -> None:
     before = db.model_dump()
     content, error = run(tools, "refuel_data", customer_id="C1001", line_id="L1002", gb_amount=amount)
-    assert error and "positive" in content
+    assert error and content == "Error: Refuel amount must be positive"
     assert db.model_dump() == before
 
 
@@ -468,7 +482,7 @@ def expected_new_bill_id(customer_id: str, bill_count: int) -> str:
 
 def test_refuel_creates_deterministic_draft_bill(tools: CarrierTools, db: CarrierDB) -> None:
     result = run_json(tools, "refuel_data", customer_id="C1002", line_id="L1004", gb_amount=1.5)
-    assert result["charge"] == pytest.approx(0.15)
+    assert result["charge"] == str(1.5 * 0.1)  # the unrounded float's text: "0.15000000000000002"
     new_id = expected_new_bill_id("C1002", 6)
     assert db.customer("C1002").bill_ids == ["B1004", "B1005", new_id]
     bill = db.bills[-1]

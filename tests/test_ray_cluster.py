@@ -458,3 +458,19 @@ def test_the_probe_names_the_address_this_machine_reaches_a_cluster_from() -> No
         assert probe(f"127.0.0.1:{listener.getsockname()[1]}") == "127.0.0.1"
     with pytest.raises(ConfigError, match="must be HOST:PORT"):
         probe("127.0.0.1")
+
+
+def test_a_recorded_agent_plays_on_the_cluster_as_here(cluster: str, tau2_dir: Path, tmp_path: Path) -> None:
+    """``--agent replay`` on its recorded clock: each worker reads the recording and plays its episodes as this
+    process does (the same records, virtual times included)."""
+    recording = Path(tau2_dir).parent / "traces" / "sierra_gpt-4.1_telecom_default.json"
+    if not recording.is_file():
+        pytest.skip(f"no recorded run at {recording}")
+    fields = {"bench": "tau2-telecom", "data_dir": str(tau2_dir), "agent": "replay", "runs": str(recording),
+              "limit": 3, "modes": "sa", "speculator_model": "noisy-oracle:1.0", "latency_model": "recorded",
+              "tool_latency": 1.0, "progress": False}
+    here = _by_task(run(RunSpec.of(**fields, out=str(tmp_path / "here"))))
+    there = _by_task(run(RunSpec.of(**fields, out=str(tmp_path / "there"), cluster=cluster)))
+    assert list(there) == list(here) and len(here) == 3
+    for task_id, record in here.items():
+        assert _same(_comparable(there[task_id]), _comparable(record)), task_id

@@ -82,7 +82,7 @@ def test_resume_skips_finished_tasks(tau2_dir, tmp_path, capsys):
     (["--mode", "turbo", "--agent", "oracle"], "unknown mode"),
     (["--mode", "sa", "--agent", "oracle"], "--speculator-model"),
     (["--mode", "sa", "--agent", "oracle", "--speculator-model", "noisy-oracle:2"], "in [0, 1]"),
-    (["--mode", "sa", "--agent-model", "http://127.0.0.1:9/v1#m", "--speculator-model", "noisy-oracle:0.5"], "use them with --agent oracle"),
+    (["--mode", "sa", "--agent-model", "http://127.0.0.1:9/v1#m", "--speculator-model", "noisy-oracle:0.5"], "need the gold calls"),
     (["--mode", "sa", "--agent", "oracle", "--speculator-model", "noisy-oracle:0.5", "--latency-model", "nope"], "preset"),
     (["--mode", "smc", "--agent", "oracle", "--speculator-model", "noisy-oracle:0.5", "--macros", "/nonexistent.json"], "cannot read"),
 ])

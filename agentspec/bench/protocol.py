@@ -37,6 +37,7 @@ from agentspec.types import Effect, Requestor, Step, TerminationReason, ToolCall
 if TYPE_CHECKING:  # a bench module imports this one: it stays free of the model clients and the runtime
     from agentspec.models import ModelClient
     from agentspec.runtime.conversation import User
+    from agentspec.runtime.recorded import Recording
     from agentspec.snapshot import SnapshotBackend
 
 
@@ -162,6 +163,23 @@ class AnswerScorer(Protocol):
     def score_answers(self, path: str | Path, *, split: str) -> dict[str, Any]:
         """The file's answers (``task_id``, ``model_answer`` per line) scored against the split's references."""
         ...
+
+
+@runtime_checkable
+class RecordedRuns(Protocol):
+    """A bench that reads runs recorded by its own tools (tau2's simulation files of real models): their episodes
+    are mined and fitted on like agentspec's own runs, re-scored (``agentspec score --runs``) and replayed as a
+    recorded agent (``agentspec run --agent replay --runs FILE``)."""
+
+    def read_recording(self, path: str | Path) -> Recording | None:
+        """The recording at ``path`` (a file, or a run folder holding one); None when ``path`` is not in the
+        bench's own format (an agentspec run); :class:`ConfigError` (one line) when it is but cannot be read."""
+        ...
+
+
+def recording_at(bench: Bench[Any], path: str | Path) -> Recording | None:
+    """:meth:`RecordedRuns.read_recording` of ``bench`` (None for a bench that reads no recordings)."""
+    return bench.read_recording(path) if isinstance(bench, RecordedRuns) else None
 
 
 # --- what every bench shares ---------------------------------------------------------------------------

@@ -18,9 +18,12 @@ def add_parser(sub: Any) -> None:
     add_role_flags(mine, "speculator", "the speculator's model", also=[
         "noisy-oracle:P (the trajectories' own calls, each replaced with probability 1-P)",
         "learned:FILE (a file of `agentspec speculator fit`)"])
-    mine.add_argument("--runs", nargs="+", default=[], metavar="DIR", help="run folders (or results.json files) to mine too")
+    mine.add_argument("--runs", nargs="+", default=[], metavar="DIR",
+                      help="run folders (or results.json files) to mine too: an agentspec run's episodes of the "
+                      "split's tasks, or every episode of a recorded run of a real agent (tau2-bench's simulations)")
     mine.add_argument("--no-gold", action="store_true", help="mine only --runs, not the split's gold calls")
-    mine.add_argument("--min-reward", type=number(float, ge=0, le=1), default=1.0, help="a run episode counts as successful from this reward")
+    mine.add_argument("--min-reward", type=number(float, ge=0, le=1), default=None,
+                      help="mine a run episode from this reward (default: 1 for agentspec runs, 0 for recordings)")
     add_data_dir(mine)
     add_bench_options(mine)
     mine.add_argument("--out", required=True, type=out_file, help="where to write the library, e.g. runs/macros.json; the same "

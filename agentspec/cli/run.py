@@ -33,7 +33,12 @@ def add_parser(sub: Any) -> None:
                      help="run each episode as a task on a Ray cluster (pip install 'agentspec[ray]'): ADDRESS is "
                      "the head node's HOST:PORT (ray start --head --port); without it, the cluster RAY_ADDRESS or `ray start` on this machine "
                      "names, else a new local one.  The cluster's CPUs, not --concurrency, set episodes in flight")
-    run.add_argument("--agent", choices=["llm", "oracle"], default=None, help="oracle replays the task's gold calls")
+    run.add_argument("--agent", choices=["llm", "oracle", "replay"], default=None,
+                     help="llm: a model decides; oracle: the task's gold calls; replay: a recorded run of a real agent "
+                     "(--runs FILE), its user's side replayed too")
+    run.add_argument("--runs", metavar="FILE", help="--agent replay: the recorded run to play (tau2-bench's simulation "
+                     "file, or a run folder with its results.json); its tasks and trials unless --task-ids, --split "
+                     "or --limit narrow them")
     add_role_flags(run, "agent", "the agent's model")
     add_role_flags(run, "user", "the user simulator's model")
     run.add_argument("--solo", action="store_true", help="no user simulator: the agent works the ticket alone")
@@ -67,11 +72,14 @@ def add_parser(sub: Any) -> None:
     spec.add_argument("--mode", help="sequential, sa, smc, spork or X+spork; a comma list (sequential,sa,smc) runs each "
                       "in one go; without it, sequential")
     add_role_flags(spec, "speculator", "the speculator's model", repeatable=True,
-                   also=["noisy-oracle:P (with --agent oracle)", "learned:FILE (a file of `agentspec speculator fit`)",
+                   also=["noisy-oracle:P (with --agent oracle or replay)", "learned:FILE (a file of `agentspec speculator fit`)",
                          "learned (fitted on the bench's train split, cached)"])
     spec.add_argument("--macros", help="macro library JSON for smc (default: the bench's shipped library, "
                                        "e.g. macros/tau2-telecom.json)")
-    spec.add_argument("--latency-model", help="simulated latency: a preset name (smc-paper) or a JSON file")
+    spec.add_argument("--latency-model", help="simulated latency: a preset name (smc-paper; recorded: a recorded "
+                      "agent's own clock, with --agent replay) or a JSON file")
+    spec.add_argument("--tool-latency", metavar="S", help="every tool takes S seconds (or a preset's tool times, e.g. "
+                      "smc-paper) on the latency model's clock")
     spec.add_argument("--depth", type=POSITIVE, default=4, help="draft chain depth")
     spec.add_argument("--spec-width", type=POSITIVE, default=1,
                       help="guesses run per chain position, each in its own fork: the speculator's best and its next "

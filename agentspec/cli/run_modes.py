@@ -42,7 +42,7 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
     agent = args.agent or ("llm" if (args.agent_model or args.agent_base_url) else None)
     if agent is None:
         raise ConfigError("say which agent to run: --agent oracle, --agent llm (local models, served for the run), "
-                          "or --agent-model URL_OR_NAME for an LLM agent")
+                          "--agent replay --runs FILE (a recorded run), or --agent-model URL_OR_NAME for an LLM agent")
     spork = SporkSettings(gate=args.gate, probe_every=args.probe_every, cost_model=not args.no_cost_model,
                           probe_accuracy=args.probe_accuracy, probe_opening=args.probe_opening)
     spec = RunSpec.of(
@@ -50,6 +50,7 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
         bench_options={**{k: v for k, v in (("levels", args.level), ("search", args.search_backend)) if v},
                        **bench_options(getattr(args, "bench_option", []))},
         task_ids=task_ids, limit=args.limit, trials=args.trials, solo=args.solo, agent=agent,
+        runs=getattr(args, "runs", None), tool_latency=getattr(args, "tool_latency", None),
         **{f"{role}_{what}": getattr(args, f"{role}_{what}", None) for role in ("agent", "user", "speculator")
            for what in ("model", "base_url")},
         temperature=args.temperature, answer_prefix=args.answer_prefix, modes=args.mode, depth=args.depth,

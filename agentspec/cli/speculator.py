@@ -25,10 +25,16 @@ def add_parser(sub: Any) -> None:
     fit.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
     fit.add_argument("--split", default="train", help="the split to fit on (its gold calls; --runs episodes of its tasks)")
     fit.add_argument("--runs", nargs="+", default=[], metavar="DIR",
-                     help="run folders (or results.json files) whose successful episodes it also learns from")
+                     help="agentspec run folders (or results.json files) whose successful episodes of the split's "
+                     "tasks it also learns from, and recorded runs of real agents (tau2-bench's simulation files) "
+                     "whose every episode it learns from")
     fit.add_argument("--no-gold", action="store_true", help="fit on --runs only, not the split's gold calls")
-    fit.add_argument("--min-reward", type=number(float, ge=0, le=1), default=1.0,
-                     help="a run episode counts as successful from this reward")
+    fit.add_argument("--hold-out", nargs="+", default=[], metavar="FILE",
+                     help="recorded runs to score or replay the speculator on later: their tasks' gold calls are left "
+                     "out of the fit (leave one recording out: fit on the others with --runs)")
+    fit.add_argument("--min-reward", type=number(float, ge=0, le=1), default=None,
+                     help="learn from a run episode from this reward (default: 1 for agentspec runs, 0 for "
+                     "recordings: a real agent's failures are its behaviour too)")
     fit.add_argument("--seed", type=number(int, ge=0), default=0, help="recorded in the artifact")
     fit.add_argument("--lookahead-cap", type=number(int, ge=0), default=None, metavar="N",
                      help="at most N look-ahead calls per prediction wherever the file is used (default: all probes)")
@@ -53,9 +59,11 @@ def add_parser(sub: Any) -> None:
                        help="learn from each task once it is scored (in order), as a run's --learn-online does")
     score.add_argument("--runs", nargs="+", default=[], metavar="DIR",
                        help="score against these runs' episodes of the split's tasks instead of the gold calls (how "
-                       "well it predicts a real authority's own calls)")
-    score.add_argument("--min-reward", type=number(float, ge=0, le=1), default=1.0,
-                       help="with --runs: an episode is a reference from this reward (0: every episode)")
+                       "well it predicts a real authority's own calls): agentspec runs, or recorded runs of real "
+                       "agents (tau2-bench's simulation files)")
+    score.add_argument("--min-reward", type=number(float, ge=0, le=1), default=None,
+                       help="with --runs: an episode is a reference from this reward (default: 1 for agentspec runs, "
+                       "0 for recordings: every episode)")
     score.add_argument("--limit", type=POSITIVE, default=None, help="score at most N tasks of the split")
     score.add_argument("--seed", type=number(int, ge=0), default=0, help="seeds the --folds shuffle")
     add_data_dir(score)

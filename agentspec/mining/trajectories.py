@@ -10,8 +10,9 @@ from agentspec.trajectories import (
                                     deduplicate,
                                     gold_trajectories,
                                     read_results,
+                                    read_runs,
                                     trajectory_from_messages,
 )
 
-__all__ = ["GoldBench", "MinedTrajectory", "Step", "deduplicate", "gold_trajectories", "read_results",
+__all__ = ["GoldBench", "MinedTrajectory", "Step", "deduplicate", "gold_trajectories", "read_results", "read_runs",
            "trajectory_from_messages"]

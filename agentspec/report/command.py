@@ -100,12 +100,13 @@ def _num(value: Any, digits: int = 3) -> str:
     return html.escape(str(value))
 
 
-def write_report(folders: list[Path], out: Path) -> dict[str, Any]:
-    """Read ``folders`` (run --out folders), write the report to ``out``; the command's JSON summary."""
+def write_report(folders: list[Path], out: Path, bench: Any = None) -> dict[str, Any]:
+    """Read ``folders`` (run --out folders; with ``bench``, also recorded runs of real agents it reads), write the
+    report to ``out``; the command's JSON summary."""
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder: give a file name, e.g. {out / 'report.html'}")
     out_dir(str(out.parent))
-    runs = load_runs(folders)
+    runs = load_runs(folders, bench)
     page = render(build_context(runs))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")

@@ -18,7 +18,7 @@ import anyio.abc
 
 from agentspec.runtime.chain import DraftChain
 from agentspec.runtime.config import ExecutorConfig
-from agentspec.runtime.conversation import User, conversation, turn_observation
+from agentspec.runtime.conversation import SAY, User, conversation, turn_observation
 from agentspec.runtime.governor import Governor, stratum_of
 from agentspec.runtime.journal import Journal
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
@@ -79,7 +79,8 @@ class Decider:
                 self.chain.hold.set()
                 self.chain.hold = None
         if self.governor is not None and mark is not None:
-            self.governor.observe_decision(mark, stratum)
+            called = decision.call is not None and decision.call.name != SAY
+            self.governor.observe_decision(mark, stratum, tool_call=called)
         ended = self.decided_at = anyio.current_time()
         self.host.metrics.observe_decision(ended - started, decision.forwards, decision.hint_tokens)
         label = decision.call.name if decision.call else "done"

@@ -22,6 +22,13 @@ governor asks the executor to hold speculation for one decision of that stratum 
 (:meth:`Governor.hold`), which is how it gets one.  A paused speculator
 may be re-probed after ``reprobe_after`` decisions (its overlap evidence starts again).
 
+Verified macro commits (lossless SMC) have a cost of their own, on every clock: the authority's verification of a
+fired chain is on the critical path, and a chain it rejects saved nothing.  The governor keeps that account too
+(:meth:`observe_verification`): the seconds verifications took against the decisions their accepted steps spared
+(each valued at the mean decision observed), and once ``min_verifications`` have been made and they cost more than
+they saved, it pauses macro commits for the mode (:meth:`verifying`); SA goes on.  Its report names it
+:data:`VERIFICATION`.
+
 One governor serves a whole mode (every task, also concurrent ones): the evidence accumulates across tasks.  It
 only observes and decides; the executor (:class:`~agentspec.runtime.executor.ExecutionLoop`) tells it what
 happened, and :class:`SpeculatorPanel` asks only the speculators it lets run.
@@ -51,6 +58,10 @@ CLEAN_PER_STRATUM = 2
 """Baseline decisions a stratum needs before the governor stops holding speculation for it."""
 
 
+VERIFICATION = "smc verification"
+"""The governor report's entry for verified macro commits (beside one entry per speculator)."""
+
+
 def stratum_of(steps: int) -> int:
     """The stratum of a decision made after ``steps`` committed steps."""
     return min(steps, STRATA - 1)
@@ -75,7 +86,10 @@ class GovernorConfig:
     """Let a paused speculator run again after this many decisions (None: it stays paused for the mode)."""
     pauses: bool = True
     """Whether a verdict pauses a speculator; False only measures and reports (the virtual clock, where a
-    speculator cannot slow the authority and a difference between decisions is only their own length)."""
+    speculator cannot slow the authority and a difference between decisions is only their own length).  Macro
+    verifications are judged on every clock: their time is on the critical path wherever it is counted."""
+    min_verifications: int = 5
+    """Chain verifications before macro commits may be paused for costing more than they saved."""
 
 
 @dataclass
@@ -116,12 +130,28 @@ class Mark:
     busy: dict[str, float]
 
 
+@dataclass
+class _Verifications:
+    """What verified macro commits cost and saved in a mode."""
+
+    count: int = 0
+    spent_s: float = 0.0
+    accepted: int = 0
+    paused: bool = False
+    paused_at_step: int | None = None
+    reason: str | None = None
+
+
 class Governor:
     """Measures each named speculator's cost and saving, and pauses the ones that cost more (module docstring)."""
 
     def __init__(self, names: Sequence[str], config: GovernorConfig | None = None) -> None:
         self.config = config or GovernorConfig()
         self.accounts = {name: _Account() for name in names}
+        self.verifications = _Verifications()
+        self.calls_decided: list[float] = []
+        """The seconds of every decision that was a tool call: what a macro's accepted step spares, on average (a
+        macro holds no message to the user, whose decisions are often longer)."""
         self.clean: list[float] = []
         self.clean_by_stratum: dict[int, list[float]] = {}
         self.steps = 0
@@ -187,10 +217,13 @@ class Governor:
             return 0.0, {name: 0.0 for name in self.accounts}
         return span, {name: min(1.0, (a.busy.clock(now) - mark.busy[name]) / span) for name, a in self.accounts.items()}
 
-    def observe_decision(self, mark: Mark, stratum: int = 0) -> None:
-        """An authority decision of ``stratum`` (:func:`stratum_of`) that started at ``mark`` ended now."""
+    def observe_decision(self, mark: Mark, stratum: int = 0, *, tool_call: bool = True) -> None:
+        """An authority decision of ``stratum`` (:func:`stratum_of`) that started at ``mark`` ended now;
+        ``tool_call``: it was a call of a tool (not a message to the user or the end)."""
         seconds, shares = self._shares(mark)
         self.steps += 1
+        if tool_call:
+            self.calls_decided.append(seconds)
         busy = [name for name, share in shares.items() if share > CLEAN]
         if not busy:
             self.clean.append(seconds)
@@ -228,6 +261,29 @@ class Governor:
         self.observe_saving(draft.speculator, until - draft.started)
         if skipped:
             self.observe_skipped(draft.speculator, 1)
+
+    # -- verified macro commits ----------------------------------------------------------------------
+
+    def verifying(self) -> bool:
+        """Whether a fired macro's chain may be sent to the authority for verification now."""
+        return not self.verifications.paused
+
+    def observe_verification(self, seconds: float, accepted: int) -> None:
+        """A chain verification took ``seconds`` on the critical path and ``accepted`` of its steps committed
+        without a decision; pause macro commits once verifications cost more than the decisions they spared."""
+        account = self.verifications
+        account.count += 1
+        account.spent_s += max(0.0, seconds)
+        account.accepted += accepted
+        saved = account.accepted * self.decision_s()
+        if not account.paused and account.count >= self.config.min_verifications and account.spent_s > saved:
+            account.paused, account.paused_at_step = True, self.steps
+            account.reason = (f"{account.count} chain verifications took {account.spent_s:.3f}s and spared "
+                              f"{account.accepted} decisions ({saved:.3f}s at {self.decision_s():.3f}s each)")
+
+    def decision_s(self) -> float:
+        """The mean authority decision of a tool call observed (0 before any)."""
+        return statistics.fmean(self.calls_decided) if self.calls_decided else 0.0
 
     # -- the verdict ------------------------------------------------------------------------------
 
@@ -284,6 +340,12 @@ class Governor:
                          "saving_s": round(account.saving_s, 4), "decisions": account.decisions,
                          "paused": account.paused, "paused_at_step": account.paused_at_step, "reason": account.reason,
                          "baseline_decision_s": round(self.baseline_s(), 4), "baseline_decisions": len(self.clean)}
+        checked = self.verifications
+        if checked.count:
+            out[VERIFICATION] = {"cost_s": round(checked.spent_s, 4), "saving_s": round(checked.accepted * self.decision_s(), 4),
+                                 "decisions": checked.count, "accepted_steps": checked.accepted,
+                                 "paused": checked.paused, "paused_at_step": checked.paused_at_step,
+                                 "reason": checked.reason}
         return out
 
 

@@ -69,6 +69,9 @@ class LatencyModel(BaseModel):
     tool: ToolLatency = Field(default_factory=ToolLatency)
     system_prompt_tokens: int = Field(default=0, ge=0, description="prompt size before the first step")
     tokens_per_step: int = Field(default=0, ge=0, description="prompt growth per committed step (call + result)")
+    recorded: bool = False
+    """The recorded clock: a recorded agent (``--agent replay``) takes the time its recording shows for each
+    decision and user turn (:mod:`agentspec.runtime.recorded`); only tools are timed here."""
     derivation: str = ""
 
     def prompt_tokens(self, steps: int) -> int:
@@ -88,6 +91,17 @@ class LatencyModel(BaseModel):
             return cls.model_validate(data)
         except (json.JSONDecodeError, ValueError) as exc:
             raise ConfigError(f"{path} is not a valid latency model: {exc}") from exc
+
+
+def tool_latency(value: float | str) -> ToolLatency:
+    """``--tool-latency``: a fixed time in seconds, or a preset's (or a latency model file's) tool times."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        return LatencyModel.load(str(value)).tool
+    if not 0 <= seconds < float("inf"):
+        raise ConfigError(f"--tool-latency {value}: seconds must be a finite number >= 0 (or a latency model's name)")
+    return ToolLatency(fixed_s=seconds)
 
 
 def estimate_tokens(text: str) -> int:

@@ -25,6 +25,7 @@ import anyio
 from agentspec.macros import Macro, MacroLibrary, align
 from agentspec.runtime.chain_verify import ChainVerdict, VerifiesChains
 from agentspec.runtime.draft import Draft, Source
+from agentspec.runtime.governor import Governor
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.policies import Policy
 from agentspec.runtime.simulated import untimed
@@ -37,6 +38,8 @@ class MacroHost(Protocol):
 
     backend: SnapshotBackend
     authority: Policy
+    governor: Governor | None
+    """The mode's governor, which may pause verified macro commits that cost more than they save."""
     metrics: ExecutionMetrics
     steps: list[Step]
     """The committed history, oldest first."""
@@ -94,6 +97,8 @@ async def try_macro(loop: MacroHost, library: MacroLibrary, *, l_min: int, verif
         return
     anchor = len(loop.steps)
     if verified:
+        if loop.governor is not None and not loop.governor.verifying():
+            return  # verifications have cost this mode more than they saved: SA goes on alone
         verdict = await verify_chain(loop, drafts)
         if drafts != loop.drafts()[:rest]:
             return  # the chain changed while the authority verified it
@@ -120,6 +125,8 @@ async def verify_chain(loop: MacroHost, drafts: list[Draft]) -> ChainVerdict:
     ended = anyio.current_time()
     loop.metrics.observe_chain_verified(verdict.steps, verdict.accepted, rejected=verdict.rejected,
                                         seconds=ended - started)
+    if loop.governor is not None:
+        loop.governor.observe_verification(ended - started, verdict.accepted)
     label = f"verify {verdict.accepted}/{verdict.steps}"
     loop.timeline.add("authority", loop.since_start(started), loop.since_start(ended), label, "verify")
     return verdict

@@ -93,6 +93,8 @@ class ExecutionMetrics:
     """[d-1]: of those, the drafts equal to the call committed d-1 steps later (the speculator's hit rate by depth)."""
     name_hits_by_depth: list[int] = field(default_factory=list)
     """[d-1]: of those, the drafts naming the same tool as the call committed d-1 steps later."""
+    observation_mismatches: int = 0
+    """A recorded agent (``--agent replay``): calls whose answer here differs from the recording's."""
     speculators: dict[str, dict[str, int]] | None = None
     """A panel of two or more speculators (``--speculator-model`` given again): per member its ``calls``,
     ``ends`` (predicted "the task is done"), ``abstained``, and of its ends ``ends_right``/``ends_wrong``
@@ -103,6 +105,10 @@ class ExecutionMetrics:
     def observe_commit_mode(self, mode: str) -> None:
         """SMC's macro commit for this task, as :func:`~agentspec.runtime.chain_verify.commit_mode` resolved it."""
         self.macro_commit = mode
+
+    def observe_mismatches(self, count: int) -> None:
+        """A recorded agent's episode: ``count`` calls answered otherwise than in its recording."""
+        self.observation_mismatches = count
 
     def observe_wall(self, seconds: float) -> None:
         """The task's wall time, from the start of the run to its end."""

@@ -42,6 +42,27 @@ class FittedOn(BaseModel):
     inputs_sha256: str = ""
     online_tasks: int = 0
     """Tasks learned online after the fit (``--learn-online``; their ids are in ``task_ids`` too)."""
+    recordings: dict[str, list[str]] = Field(default_factory=dict)
+    """Recorded runs of real agents fitted on (sha256 of the file -> its tasks; their ids are in ``task_ids`` too)."""
+    own_task_ids: list[str] | None = None
+    """The tasks whose gold calls or agentspec runs were fitted on: ``task_ids`` less those only a recording
+    brought (None in files from before recordings: all of ``task_ids``)."""
+
+    def check_unseen(self, scored: Sequence[str], recording: str | None = None) -> None:
+        """Refuse to score or run ``scored`` tasks the fit has seen (:class:`ConfigError`).  Against a recording
+        (its sha256), another recording's episodes of the same tasks are allowed (leave one recording out): only
+        that recording itself, and the tasks of the gold calls and agentspec runs, may not have been fitted on."""
+        if recording is None:
+            seen, what = set(self.task_ids), "fit"
+        elif recording in self.recordings:
+            raise ConfigError("the speculator was fitted on this very recording: fit it on other recordings "
+                              "(leave this one out) to score or replay it")
+        else:
+            seen, what = set(self.task_ids if self.own_task_ids is None else self.own_task_ids), "gold or run fit"
+        overlap = sorted(seen & set(scored))
+        if overlap:
+            raise ConfigError(f"{len(overlap)} of the {len(set(scored))} scored tasks were in the speculator's {what} "
+                              f"(first: {overlap[0]}): score on tasks it was not fitted on")
 
 
 class Artifact(BaseModel):

@@ -14,19 +14,28 @@ from agentspec.speculator.artifact import Artifact, FittedOn, inputs_digest
 from agentspec.speculator.fit import fit
 from agentspec.speculator.lookahead import candidate_probes, chained_probes
 from agentspec.speculator.sources import TypedValues
-from agentspec.speculator.trajectories import collect, first_observations, gold_calls, run_trajectories, task_text
+from agentspec.speculator.trajectories import (
+    collect,
+    episodes,
+    first_observations,
+    gold_calls,
+    run_trajectories,
+    task_text,
+)
 from agentspec.types import ToolSpec
 
 
 async def fit_bench(bench: Any, tasks: Sequence[Any], *, runs: Sequence[str] = (), gold: bool = True,
-                    min_reward: float = 1.0, seed: int = 0, split: str | None = None) -> Artifact:
-    """Fit on ``tasks`` of ``bench``: their gold calls (``gold``) and their successful episodes in ``runs``."""
+                    min_reward: float | None = None, seed: int = 0, split: str | None = None) -> Artifact:
+    """Fit on ``tasks`` of ``bench``: their gold calls (``gold``), their episodes in agentspec ``runs``, and every
+    episode of recorded runs of real agents among ``runs`` (at least ``min_reward``: by default 1.0 for an
+    agentspec run, any for a recording: :func:`~agentspec.trajectories.read_runs`)."""
     if not tasks:
         raise ConfigError("no tasks to fit a speculator on")
     table = bench.value_patterns()
     normalizer = Normalizer(patterns_from_table(table))
     typed = TypedValues(normalizer.patterns)
-    mined = run_trajectories(runs, {t.id for t in tasks}, min_reward=min_reward) if runs else []
+    mined = run_trajectories(runs, {t.id for t in tasks}, min_reward=min_reward, bench=bench) if runs else []
     calls = [c for t in tasks for c in (gold_calls(bench, t) if gold else [])] + [c for m in mined for c in m.calls]
     tools: dict[str, ToolSpec] = {}
     for task in tasks[:3]:  # a bench's tools rarely differ between tasks; a few cover those that do
@@ -40,7 +49,14 @@ async def fit_bench(bench: Any, tasks: Sequence[Any], *, runs: Sequence[str] = (
         raise ConfigError("nothing to fit a speculator on: no gold calls and no successful run episodes")
     model = fit(trajectories, normalizer, table, probes)
     sources = ([f"gold:{bench.name}/{split}"] if gold else []) + [str(Path(r)) for r in runs]
+    recordings: dict[str, set[str]] = {}
+    for m in mined:
+        if m.recording is not None:
+            recordings.setdefault(m.recording, set()).add(m.task_id)
+    own = {t.id for t in tasks if gold and gold_calls(bench, t)} | {m.task_id for m in mined if m.recording is None}
     fitted_on = FittedOn(bench=bench.name, split=split, sources=sources,
-                         task_ids=sorted({t.task_id for t in trajectories}), trajectories=len(trajectories),
-                         calls=sum(len(t.steps) for t in trajectories), inputs_sha256=inputs_digest(trajectories))
+                         task_ids=sorted({t.task_id for t in trajectories}), trajectories=len(episodes(trajectories)),
+                         calls=sum(len(t.steps) for t in episodes(trajectories)),
+                         inputs_sha256=inputs_digest(trajectories),
+                         recordings={k: sorted(v) for k, v in sorted(recordings.items())}, own_task_ids=sorted(own))
     return Artifact(seed=seed, fitted_on=fitted_on, model=model)

@@ -13,17 +13,19 @@ observations they got, so the same code serves any bench::
 Feature families (prefix, then the value): ``w:`` a word or word pair of the task text, ``last:`` /
 ``last2:`` the last / second-to-last normalised call, ``made:`` a normalised call made earlier, ``pos:`` how
 many calls were made (capped), ``res:`` a field of the last observation, ``la:`` a field of a look-ahead
-call's observation (``la:PROBE|FIELD``).
+call's observation (``la:PROBE|FIELD``); ``match:`` / ``open:`` / ``used:`` where the task text's values and
+the lists of ids read stand in the history (:func:`flow_features`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
-from agentspec.types import canonical_json
+from agentspec.types import Observation, ToolCall, canonical_json
 
 _WORD = re.compile(r"[a-z][a-z0-9_'-]*[a-z0-9]|[a-z]")
 _SEGMENT = re.compile(r"\s*(?:\n|\|)\s*")
@@ -53,7 +55,14 @@ def _flatten(value: Any, path: str, out: list[tuple[str, Any]]) -> None:
 
 
 def json_leaves(content: str) -> list[tuple[str, Any]] | None:
-    """``(path, value)`` for every leaf of a JSON observation (paths like ``lines.0.id``); None if not JSON."""
+    """``(path, value)`` for every leaf of a JSON observation (paths like ``lines.0.id``); None if not JSON.
+    Remembered per content (the same observations come back step after step): the list is shared, not to be
+    changed."""
+    return _leaves(content)
+
+
+@lru_cache(maxsize=1024)
+def _leaves(content: str) -> list[tuple[str, Any]] | None:
     stripped = content.strip()
     if not stripped or stripped[0] not in "{[":
         return None
@@ -101,6 +110,51 @@ def history_features(keys: Sequence[str], last_observation: str | None) -> set[s
     if last_observation is not None:
         features.update(f"res:{segment}" for segment in result_segments(last_observation))
     return features
+
+
+def _wild(path: str) -> str:
+    return ".".join("*" if part.isdigit() else part for part in path.split("."))
+
+
+def _scalars(value: Any, out: set[str]) -> None:
+    if isinstance(value, dict):
+        for item in value.values():
+            _scalars(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _scalars(item, out)
+    elif isinstance(value, str):
+        out.add(value)
+
+
+def flow_features(text_values: Collection[str], history: Sequence[tuple[ToolCall, Observation | None]],
+                  is_value: Callable[[str], bool]) -> set[str]:
+    """Where the task's own values stand in the history: ``match:PATH``, a field of the last (JSON) observation
+    that holds a value of the task text (the line whose number the ticket gives); ``open:TOOL|PATH`` /
+    ``used:TOOL|PATH``, a list of values (``is_value``: ids) in the latest result of a tool, some of whose items
+    no call has used yet / all of which calls used (the lines not yet looked at)."""
+    out: set[str] = set()
+    last = history[-1][1] if history else None
+    if last is not None and text_values:
+        for path, value in json_leaves(last.content) or ():
+            if isinstance(value, str) and value in text_values:
+                out.add(f"match:{_wild(path)}")
+    used: set[str] = set()
+    for call, _ in history:
+        _scalars(call.arguments, used)
+    latest: dict[str, str] = {}
+    for call, observation in history:
+        if observation is not None:
+            latest[call.name] = observation.content
+    for tool, content in sorted(latest.items()):
+        lists: dict[str, list[bool]] = {}
+        for path, value in json_leaves(content) or ():
+            wild = _wild(path)
+            if "*" in wild and isinstance(value, str) and is_value(value):
+                lists.setdefault(wild, []).append(value in used)
+        for wild, flags in lists.items():
+            out.add(f"{'used' if all(flags) else 'open'}:{tool}|{wild}")
+    return out
 
 
 def lookahead_features(observations: Mapping[str, str]) -> set[str]:

@@ -6,15 +6,22 @@ Every step of every trajectory is one example: its features (:mod:`.features`) a
 * **words**: the task-text words and pairs with the most mutual information about the next call;
 * **rules**: an ordered decision list, learned greedily: the condition (one feature, or a history feature and
   one more) and target with the best score on the examples no earlier rule covers becomes the next rule, until
-  none is right at least :data:`MIN_HITS` times (or none scores above a floor).  Learned twice: with look-ahead
+  none is right at least :data:`MIN_HITS` times (or none scores above a floor); features that hold on the same
+  examples make one condition (:func:`_distinct_features`: a look-ahead record's hundreds of fields are a few
+  sets).  Learned twice: with look-ahead
   features, scored by Laplace precision ``(hits + 1) / (covered + 2)`` while more often right than wrong; over
   history features only, scored by the pessimistic ``hits / (covered + 2)`` with no floor (see
   :data:`HISTORY_SCORE`);
 * **n-grams**: next-target counts after the last two calls, the last call, and none (the back-off);
-* **sources**: per (tool, argument), every source that gave the real value, ranked by precision where it had a
-  value (:func:`keep_sources`: some that need no look-ahead kept too, a constant after the data flow that agrees
-  with it);
+* **sources**: per (tool, argument) and per (target, argument), every source that gave the real value (a
+  ``fresh`` one too: the next item of a list not yet used), ranked by precision where it had a value
+  (:func:`keep_sources`: some that need no look-ahead kept too, a constant after the data flow that agrees with
+  it);
+* **once**: the targets whose calls are (almost) never repeated (:func:`once_targets`);
 * **probes**: the look-ahead calls whose results a rule or a source uses.
+
+Trajectories of real agents (:mod:`.trajectories`) come in two views where a user took part: every call in the
+order made, and the agent's own calls alone.
 
 Deterministic: ties are broken by the features' text, so fitting twice gives the same tables.
 """
@@ -28,23 +35,27 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from agentspec.normalize import Normalizer
-from agentspec.speculator.features import history_features, lookahead_features, text_words, word_features
+from agentspec.speculator.features import flow_features, history_features, lookahead_features, text_words, word_features
 from agentspec.speculator.lookahead import Probe, with_readers
 from agentspec.speculator.model import RankedSource, Rule, SpeculatorModel, ngram_contexts
-from agentspec.speculator.sources import KIND_ORDER, Context, Source, TypedValues, candidate_sources, evaluate
+from agentspec.speculator.sources import KIND_ORDER, Context, Slot, Source, TypedValues, candidate_sources, evaluate
 from agentspec.speculator.targets import END, Target
 from agentspec.speculator.trajectories import Trajectory
 from agentspec.types import canonical_json
 
-FIT_REVISION = 3
+FIT_REVISION = 5
 """Bumped when the same inputs fit different tables (2: history rules scored by :func:`pessimistic`; 3: sources
-kept by :func:`keep_sources`, and numbers of free text as sources), so a cached fit
+kept by :func:`keep_sources`, and numbers of free text as sources; 4: a bench's tools now answer in other
+words, and look-ahead features read tool replies; 5: sources per target and fresh list items, targets made once,
+flow features, one condition per set of examples), so a cached fit
 (:func:`agentspec.speculator.runs.fitted_for`) is refitted; the file's format is unchanged."""
 MAX_WORDS = 48
 MIN_HITS = 2
 MAX_RULES = 400
 MAX_SOURCES = 4
 """Sources kept per (tool, argument): the first available one is used."""
+ONCE_REPEATS = 0.1
+"""A target whose calls repeat an earlier one at most this share of the time is guessed once per value."""
 HISTORY_ANCHORS = ("last:", "pos:", "w:")
 """History features a two-feature condition is built around (without look-ahead: the last call, how many were
 made, a task-text word; ``made:`` pairs fitted the training tasks' fault combinations, not the workflow).
@@ -102,6 +113,21 @@ def _conditions(features: frozenset[str], anchor_prefixes: tuple[str, ...]) -> l
     return [(f,) for f in singles] + sorted(pairs)
 
 
+def _distinct_features(examples: Sequence[tuple[frozenset[str], str]], min_hits: int) -> frozenset[str]:
+    """The features worth a condition: seen at least ``min_hits`` times, and one per set of examples that have
+    it (the first by text): features that always come together (most fields of a look-ahead's record) make the
+    same rules, and the first of them is the one the tie-break would pick."""
+    having: dict[str, list[int]] = defaultdict(list)
+    for index, (features, _) in enumerate(examples):
+        for feature in features:
+            having[feature].append(index)
+    first: dict[tuple[int, ...], str] = {}
+    for feature in sorted(having):
+        if len(having[feature]) >= min_hits:
+            first.setdefault(tuple(having[feature]), feature)
+    return frozenset(first.values())
+
+
 RuleScore = Callable[[int, int], float]
 """A rule's score from its ``(hits, covered)`` on the examples no earlier rule covers: the best goes next."""
 
@@ -135,7 +161,12 @@ def decision_list(examples: Sequence[tuple[frozenset[str], str]], *, anchors: tu
     condition is one feature, or a feature starting with one of ``anchors`` and one more.  The next rule is the
     one with the best ``score`` (ties: more hits, fewer features, the condition's text) while that is above
     ``min_score``."""
-    conditions = [_conditions(features, anchors) for features, _ in examples]
+    kept = _distinct_features(examples, min_hits)
+    conditions = [_conditions(features & kept, anchors) for features, _ in examples]
+    support: Counter[tuple[str, ...]] = Counter(cond for conds in conditions for cond in conds)
+    # A condition seen fewer than ``min_hits`` times can never be a rule: dropped before counting (most pairs).
+    conditions = [[cond for cond in conds if support[cond] >= min_hits] for conds in conditions]
+    del support
     counts: dict[tuple[str, ...], Counter[str]] = defaultdict(Counter)
     for conds, (_, target) in zip(conditions, examples, strict=True):
         for cond in conds:
@@ -188,13 +219,20 @@ def _without(features: frozenset[str], prefixes: tuple[str, ...]) -> frozenset[s
 
 def _examples(trajectories: Sequence[Trajectory], normalizer: Normalizer, words: frozenset[str] | None) -> list[Example]:
     out = []
+    typed = TypedValues(normalizer.patterns)
+
+    def is_value(value: str) -> bool:
+        return normalizer.slot_type(None, value) is not None
+
     for trajectory in trajectories:
         keys = [Target.of(normalizer, call).key for call in trajectory.calls]
         text = text_words(trajectory.text)
+        values = frozenset(v for found in typed.find(trajectory.text).values() for v in found)
         chosen = word_features(text, words) if words is not None else {f"w:{w}" for w in text}
         for position in range(len(keys) + 1):
             last = trajectory.steps[position - 1][1] if position else None
             history = history_features(keys[:position], last.content if last else None)
+            history |= flow_features(values, trajectory.steps[:position], is_value)
             seen = lookahead_features(trajectory.seen(position))
             target = keys[position] if position < len(keys) else END
             out.append(Example(frozenset(history), frozenset(seen), frozenset(chosen), target))
@@ -218,8 +256,9 @@ def source_rank(source: Source, hits: int, available: int) -> tuple[float, int, 
 
 
 def fit_sources(trajectories: Sequence[Trajectory], normalizer: Normalizer, typed: TypedValues) -> dict[str, list[RankedSource]]:
-    """Per ``tool.argument`` of every slot argument: the sources that gave its value, best first."""
-    occurrences: dict[str, list[tuple[Context, str]]] = defaultdict(list)
+    """Per ``tool.argument`` of every slot argument, and per ``TARGET|argument`` (see
+    :attr:`~agentspec.speculator.model.SpeculatorModel.sources`): the sources that gave its value, best first."""
+    occurrences: dict[str, list[tuple[Context, str, Slot]]] = defaultdict(list)
     hits: dict[str, Counter[str]] = defaultdict(Counter)
     sources: dict[str, Source] = {}
     for trajectory in trajectories:
@@ -229,12 +268,13 @@ def fit_sources(trajectories: Sequence[Trajectory], normalizer: Normalizer, type
                 continue
             context = Context(trajectory.text, trajectory.steps[:position], trajectory.seen(position), typed)
             for name in target.slots:
-                slot = f"{call.name}.{name}"
                 value = call.arguments[name]
-                occurrences[slot].append((context, _canonical(value)))
-                for source in candidate_sources(value, context):
-                    sources.setdefault(source.key, source)
-                    hits[slot][source.key] += 1
+                candidates = candidate_sources(value, context, (call.name, name))
+                for slot in (f"{call.name}.{name}", f"{target.key}|{name}"):
+                    occurrences[slot].append((context, _canonical(value), (call.name, name)))
+                    for source in candidates:
+                        sources.setdefault(source.key, source)
+                        hits[slot][source.key] += 1
     out: dict[str, list[RankedSource]] = {}
     for slot in sorted(hits):
         # Availability only for the sources that were ever right (the rest can never be chosen), the most often
@@ -246,13 +286,28 @@ def fit_sources(trajectories: Sequence[Trajectory], normalizer: Normalizer, type
         for key, _ in best:
             source = sources[key]
             available = right = 0
-            for context, wanted in occurrences[slot]:
-                found, value = evaluate(source, context)
+            for context, wanted, where in occurrences[slot]:
+                found, value = evaluate(source, context, where)
                 available += int(found)
                 right += int(found and _canonical(value) == wanted)
             ranked.append(RankedSource(source=source, hits=right, available=available))
         out[slot] = keep_sources(ranked)
     return out
+
+
+def once_targets(trajectories: Sequence[Trajectory], normalizer: Normalizer) -> list[str]:
+    """The targets whose calls repeat an earlier call of their trajectory at most :data:`ONCE_REPEATS` of the
+    time (seen :data:`MIN_HITS` times at least): those a speculator does not guess again once made."""
+    seen: Counter[str] = Counter()
+    repeated: Counter[str] = Counter()
+    for trajectory in trajectories:
+        made: set[str] = set()
+        for call in trajectory.calls:
+            key = Target.of(normalizer, call).key
+            seen[key] += 1
+            repeated[key] += call.canonical() in made
+            made.add(call.canonical())
+    return sorted(key for key, n in seen.items() if n >= MIN_HITS and repeated[key] <= ONCE_REPEATS * n)
 
 
 def keep_sources(ranked: Sequence[RankedSource]) -> list[RankedSource]:
@@ -321,6 +376,7 @@ def fit(trajectories: Sequence[Trajectory], normalizer: Normalizer, value_patter
         lookahead_rules=with_lookahead,
         ngrams=_ngrams(trajectories, normalizer),
         sources=sources,
+        once=once_targets(trajectories, normalizer),
         probes=_used_probes(probes, with_lookahead, sources),
     )
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from agentspec.runtime.conversation import SAY
 from agentspec.speculator.artifact import Artifact
 from agentspec.speculator.fit import keep_sources
 from agentspec.speculator.model import RankedSource, SpeculatorModel, ngram_contexts
-from agentspec.speculator.sources import Context, candidate_sources, evaluate
+from agentspec.speculator.sources import Context, Slot, candidate_sources, evaluate
 from agentspec.speculator.targets import END, Target
 from agentspec.speculator.trajectories import Step
 from agentspec.types import canonical_json
@@ -43,7 +44,9 @@ class OnlineLearner:
         self.model: SpeculatorModel = self.base.model.model_copy(deep=True)
 
     def learn(self, task_id: str, text: str, steps: Sequence[Step]) -> None:
-        """Update the counts from one finished task's committed ``steps`` (its calls and observations)."""
+        """Update the counts from one finished task's committed ``steps`` (its calls and observations; messages to
+        the user are left out, as prediction leaves them out of a history)."""
+        steps = [step for step in steps if step[0].name != SAY]
         model = self.model
         keys = [model.key(call) for call, _ in steps]
         online = {context: dict(counts) for context, counts in model.online.items()}
@@ -61,30 +64,32 @@ class OnlineLearner:
             step_context = Context(text, steps[:position], {}, model.typed)
             for name in step_target.slots:
                 slot = f"{call.name}.{name}"
-                sources[slot] = _updated(sources.get(slot, []), call.arguments[name], step_context)
+                sources[slot] = _updated(sources.get(slot, []), call.arguments[name], step_context, (call.name, name))
         model.targets = dict(sorted(targets.items()))
         model.sources = dict(sorted(sources.items()))
         self.learned.append(task_id)
 
     def artifact(self) -> Artifact:
         """The updated speculator, with the learned tasks added to what it was fitted on."""
-        fitted_on = self.base.fitted_on.model_copy(update={
-            "task_ids": sorted(set(self.base.fitted_on.task_ids) | set(self.learned)),
-            "online_tasks": self.base.fitted_on.online_tasks + len(self.learned)})
+        base = self.base.fitted_on
+        own = None if base.own_task_ids is None else sorted(set(base.own_task_ids) | set(self.learned))
+        fitted_on = base.model_copy(update={
+            "task_ids": sorted(set(base.task_ids) | set(self.learned)), "own_task_ids": own,
+            "online_tasks": base.online_tasks + len(self.learned)})
         return self.base.model_copy(update={"fitted_on": fitted_on, "model": self.model})
 
 
-def _updated(ranked: list[RankedSource], value: object, context: Context) -> list[RankedSource]:
+def _updated(ranked: list[RankedSource], value: object, context: Context, slot: Slot) -> list[RankedSource]:
     """A slot's sources after one more occurrence of ``value`` at ``context``: each known source's counts, plus
     the sources that gave the value and were not known; best first, the best few kept (and a constant)."""
     wanted = canonical_json(value)
     out: list[RankedSource] = []
     known = set()
     for r in ranked:
-        found, got = evaluate(r.source, context)
+        found, got = evaluate(r.source, context, slot)
         known.add(r.source.key)
         out.append(RankedSource(source=r.source, hits=r.hits + int(found and canonical_json(got) == wanted),
                                 available=r.available + int(found)))
-    out += [RankedSource(source=s, hits=1, available=1) for s in candidate_sources(value, context)
+    out += [RankedSource(source=s, hits=1, available=1) for s in candidate_sources(value, context, slot)
             if s.key not in known and s.kind != "lookahead"]
     return keep_sources(out)

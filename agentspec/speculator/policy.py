@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from agentspec.errors import SnapshotError
+from agentspec.runtime.conversation import SAY
 from agentspec.runtime.policies import Decision, DraftedHistory, History, committed_steps
 from agentspec.speculator.lookahead import Lookahead, ProbeRun, run_probes
 from agentspec.speculator.model import Guess, SpeculatorModel
@@ -41,6 +42,8 @@ class LearnedSpeculator:
     """Sleep :data:`PREDICT_COST_S` per prediction on the clock (a virtual clock would otherwise count it as free)."""
     lookahead_cap: int | None = None
     """At most this many look-ahead calls per prediction (None: the artifact's ``lookahead_cap``, else all)."""
+    tools: frozenset[str] | None = None
+    """The tools the agent has (normal mode: not the user's): the only ones a guess names (None: any)."""
     predict_s: list[float] = field(default_factory=list)
     """Every prediction's measured time (look-ahead calls not included)."""
     lookahead_calls: int = 0
@@ -78,10 +81,13 @@ class LearnedSpeculator:
         return Decision(call=guesses[0].call, alternatives=tuple(g.call for g in guesses[1:] if g.call is not None))
 
     async def guesses(self, history: History) -> list[Guess]:
-        """Up to ``width`` ranked guesses after ``history`` (look-ahead first, where it has one)."""
+        """Up to ``width`` ranked guesses after ``history`` (look-ahead first, where it has one), among
+        :attr:`tools` when given.  A message to the user (normal mode) is no call of the agent's own history, as
+        the fit saw it (a recording's agent view): the guesses read the history without them."""
         seen = await self._look(history)
         started = time.perf_counter()
-        guesses = self.model.predict(self.text, history, seen, k=self.width)
+        own = [step for step in history if step[0].name != SAY]
+        guesses = self.model.predict(self.text, own, seen, k=self.width, tools=self.tools)
         spent = time.perf_counter() - started
         self.predict_s.append(spent)
         if self.charge_time:

@@ -71,19 +71,22 @@ def fitted_for(bench: Any, split: str = FIT_SPLIT) -> str:
 
 
 def episode_speculator(path: str, bench: Any, task: Any, *, latency: LatencyModel | None, virtual: bool,
-                       seed: int = 0, width: int = 3) -> tuple[LearnedSpeculator, Any]:
+                       seed: int = 0, width: int = 3, solo: bool = True) -> tuple[LearnedSpeculator, Any]:
     """One episode's learned speculator and the hook that gives it look-ahead once the episode's backend is open
     (``hook(backend)``).  Look-ahead calls take the latency model's tool time, the batch at once (they are
-    independent reads); on a virtual clock each prediction takes ``PREDICT_COST_S``."""
+    independent reads); on a virtual clock each prediction takes ``PREDICT_COST_S``.  Its guesses name only the
+    agent's own tools (in normal mode, not the user's)."""
+    tools = frozenset(spec.name for spec in bench.tools(task, solo=solo))
     return learned_speculator_for(path, task_text(bench, task), latency=latency, virtual=virtual, seed=seed,
-                                  width=width)
+                                  width=width, tools=tools)
 
 
 def learned_speculator_for(path: str, text: str, *, latency: LatencyModel | None, virtual: bool, seed: int = 0,
-                           width: int = 3) -> tuple[LearnedSpeculator, Any]:
+                           width: int = 3, tools: frozenset[str] | None = None) -> tuple[LearnedSpeculator, Any]:
     """The learned speculator of file ``path`` for a task described by ``text`` (:func:`episode_speculator`'s
-    work, for callers with a task text and no bench: the Python API), and its look-ahead hook."""
-    speculator = LearnedSpeculator(model_at(path), text, width=width, charge_time=virtual)
+    work, for callers with a task text and no bench: the Python API), and its look-ahead hook; ``tools``: the
+    only tools its guesses name (None: any)."""
+    speculator = LearnedSpeculator(model_at(path), text, width=width, charge_time=virtual, tools=tools)
     rng = random.Random(seed)
 
     async def charge(calls: Sequence[ToolCall]) -> None:

@@ -12,7 +12,11 @@ step index, ``10+`` pooled); ``predict_us_median`` (prediction alone); ``lookahe
 ``lookahead_batches_per_step`` (tool latencies the look-ahead took: each step passes its observations on to the
 next, as a run's speculator does, so a chained probe whose input did not change runs in the first batch).
 
-No scored task may be in the fit (:func:`check_disjoint`); cross-validation (:func:`cross_validate`) fits on
+Against a run's episodes (:func:`score_runs`), the reference is the agent's calls; a recorded normal-mode episode
+is replayed with its user's calls between them (so that the state is the recording's), the agent's history holds
+its own calls only, and its guesses are among its own tools.
+
+No scored task may be in the fit (:meth:`~agentspec.speculator.artifact.FittedOn.check_unseen`); cross-validation (:func:`cross_validate`) fits on
 the other folds only.
 """
 
@@ -26,12 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentspec.errors import ConfigError
-from agentspec.runtime.policies import DONE
 from agentspec.speculator.lookahead import ForkLookahead, ProbeRun, run_probes
 from agentspec.speculator.model import SpeculatorModel
 from agentspec.speculator.online import OnlineLearner
 from agentspec.speculator.sources import Context
-from agentspec.speculator.trajectories import Step, TrajectoryBench, gold_calls, task_text
+from agentspec.speculator.trajectories import Step, TrajectoryBench, episode_calls, gold_calls, task_text
 from agentspec.trajectories import MinedTrajectory
 from agentspec.types import ToolCall
 
@@ -53,10 +56,14 @@ class StepScore:
 
 async def score_task(bench: TrajectoryBench, task: Any, model: SpeculatorModel, *, lookahead: bool,
                      learner: OnlineLearner | None = None, cap: int | None = None,
-                     reference: Sequence[ToolCall] | None = None) -> list[StepScore]:
+                     reference: Sequence[ToolCall] | None = None, agent: Sequence[bool] = (),
+                     tools: frozenset[str] | None = None) -> list[StepScore]:
     """Every step of ``task``'s reference trajectory (its gold calls, or ``reference``: the calls of a run's
     episode), scored; with a ``learner``, learned from once scored.  ``cap``: look-ahead calls per step (None: the
-    model's ``lookahead_cap``)."""
+    model's ``lookahead_cap``).  ``agent``: which reference calls the agent made (a normal-mode recording's user
+    calls run, in order, so that the state is the recording's, but they are neither scored nor in the agent's
+    history: see :func:`~agentspec.speculator.trajectories.solo_view`), and ``tools`` the agent's tools (None:
+    any), the only ones a guess may name."""
     calls = list(reference) if reference is not None else gold_calls(bench, task)
     text = task_text(bench, task)
     steps: list[Step] = []
@@ -65,13 +72,16 @@ async def score_task(bench: TrajectoryBench, task: Any, model: SpeculatorModel, 
     async with bench.open_backend(task, solo=True) as backend:
         look = ForkLookahead(backend)
         for position, call in enumerate(calls):
+            if position < len(agent) and not agent[position]:
+                await backend.execute(call)  # the user's call: state as recorded, not the agent's history
+                continue
             before = look.calls
             budget = ProbeRun(cap=cap if cap is not None else model.lookahead_cap)
             context = Context(text, steps, {}, model.typed)
             seen = await run_probes(model.probes, context, look, budget, earlier) if lookahead else None
             earlier = seen or {}  # as a run's speculator does: the last look-ahead saves the next one a batch
             started = time.perf_counter()
-            guesses = model.predict(text, steps, seen, k=3)
+            guesses = model.predict(text, steps, seen, k=3, tools=tools)
             spent = time.perf_counter() - started
             head = guesses[0] if guesses else None
             exact1 = head is not None and head.call == call
@@ -116,14 +126,6 @@ def summarise(scores: Sequence[StepScore]) -> dict[str, Any]:
     }
 
 
-def check_disjoint(fitted: Sequence[str], scored: Sequence[str]) -> None:
-    """Refuse to score a task the speculator was fitted on (its own reference would be in the tables)."""
-    overlap = sorted(set(fitted) & set(scored))
-    if overlap:
-        raise ConfigError(f"{len(overlap)} of the {len(set(scored))} scored tasks were in the speculator's fit "
-                          f"(first: {overlap[0]}): score on tasks it was not fitted on")
-
-
 async def score_tasks(bench: TrajectoryBench, tasks: Sequence[Any], model: SpeculatorModel, *,
                       lookahead: bool, learner: OnlineLearner | None = None, cap: int | None = None) -> list[StepScore]:
     """Every task scored in order; with a ``learner`` (whose ``model`` is then the one used), each task is
@@ -138,14 +140,19 @@ async def score_tasks(bench: TrajectoryBench, tasks: Sequence[Any], model: Specu
 async def score_runs(bench: TrajectoryBench, tasks: Sequence[Any], episodes: Sequence[MinedTrajectory],
                      model: SpeculatorModel, *, lookahead: bool, cap: int | None = None) -> list[StepScore]:
     """Every call of each run episode of ``tasks`` scored as :func:`score_task` scores the gold ones (the end of
-    the episode is not a call)."""
+    the episode is not a call); a recorded normal-mode episode is replayed with its user's calls between the
+    agent's, and only the agent's are scored, each guess among the agent's tools
+    (:func:`~agentspec.speculator.trajectories.episode_calls`)."""
     by_id = {task.id: task for task in tasks}
     out = []
     for episode in episodes:
-        calls = [call for call in episode.calls if call.name != DONE]
-        if episode.task_id in by_id and calls:
-            out += await score_task(bench, by_id[episode.task_id], model, lookahead=lookahead, cap=cap,
-                                    reference=calls)
+        task = by_id.get(episode.task_id)
+        if task is None:
+            continue
+        calls, agent, tools = episode_calls(bench, task, episode)
+        if any(agent):
+            out += await score_task(bench, task, model, lookahead=lookahead, cap=cap, reference=calls, agent=agent,
+                                    tools=tools)
     return out
 
 

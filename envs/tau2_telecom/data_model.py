@@ -11,14 +11,19 @@ import datetime as dt
 import tomllib
 from enum import Enum
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError
 
 from agentspec.errors import DataError
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+# A date and time written as the reference's replies write it, "2025-01-15 10:30:00" (a space, not ISO's "T").
+DateTime = Annotated[dt.datetime, PlainSerializer(str, return_type=str, when_used="json")]
 
 
 class AccountStatus(str, Enum):
@@ -90,7 +95,7 @@ class Customer(_Record):
     payment_methods: list[PaymentMethod] = Field(default_factory=list)
     line_ids: list[str] = Field(default_factory=list)
     bill_ids: list[str] = Field(default_factory=list)
-    created_at: dt.datetime = dt.datetime(2025, 1, 1)
+    created_at: DateTime = dt.datetime(2025, 1, 1)
     last_extension_date: dt.date | None = None
     goodwill_credit_used_this_year: float = 0.0
 
@@ -136,8 +141,8 @@ class Device(_Record):
     imei: str | None = None
     is_esim_capable: bool
     activated: bool = False
-    activation_date: dt.datetime | None = None
-    last_esim_transfer_date: dt.datetime | None = None
+    activation_date: DateTime | None = None
+    last_esim_transfer_date: DateTime | None = None
 
 
 class CarrierDB(_Record):

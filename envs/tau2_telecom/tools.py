@@ -11,6 +11,7 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from agentspec.errors import ToolError
@@ -53,8 +54,13 @@ def _last_of_previous_month(day: dt.date) -> dt.date:
     return _first_of_month(day) - dt.timedelta(days=1)
 
 
-class CarrierTools(Toolkit):
-    """What a telecom customer-service agent can see and do in the carrier's systems."""
+class TelecomTools(Toolkit):
+    """What a telecom customer-service agent can see and do in the carrier's systems.
+
+    Named as the reference names its toolkit, because Python writes the class name into the error a call with a
+    missing or unknown argument gets ("TelecomTools.get_customer_by_id() missing 1 required positional argument:
+    ..."), and that error is the call's reply. The rest of agentspec calls it :data:`CarrierTools`.
+    """
 
     def __init__(self, db: CarrierDB) -> None:
         self.db = db
@@ -95,7 +101,7 @@ class CarrierTools(Toolkit):
         """The line, provided the customer exists, lists it, and it exists."""
         customer = self._customer(customer_id)
         if line_id not in customer.line_ids:
-            raise ToolError(f"Line {line_id} does not belong to customer {customer_id}")
+            raise ToolError(f"Line {line_id} not found for customer {customer_id}")
         return self._line(line_id)
 
     def _customer_bills(self, customer: Customer) -> list[Bill]:
@@ -112,7 +118,7 @@ class CarrierTools(Toolkit):
         """
         customer = self.db.customer_by_phone(phone_number)
         if customer is None:
-            raise ToolError(f"No customer found with phone number {phone_number}")
+            raise ToolError(f"Customer with phone number {phone_number} not found")
         return customer
 
     @tool(Effect.READ_ONLY)
@@ -146,10 +152,13 @@ class CarrierTools(Toolkit):
         Args:
             id: The ID, e.g. "L1002", "D1001", "B1003", "C1001" or "P1002".
         """
-        finders = {"L": self._line, "D": self._device, "B": self._bill, "C": self._customer, "P": self._plan}
-        finder = finders.get(id[:1])
+        finders: dict[str, Callable[[str], Line | Device | Bill | Customer | Plan]] = {
+            "L": self._line, "D": self._device, "B": self._bill, "C": self._customer, "P": self._plan,
+        }
+        # startswith (not id[:1]): an ID that is not text then fails in the reference's words.
+        finder = next((found for prefix, found in finders.items() if id.startswith(prefix)), None)
         if finder is None:
-            raise ToolError(f"Unknown ID format: {id} (expected a prefix of L, D, B, C or P)")
+            raise ToolError(f"Unknown ID format or type: {id}")
         return finder(id)
 
     @tool(Effect.READ_ONLY)
@@ -175,12 +184,13 @@ class CarrierTools(Toolkit):
         """
         line = self._owned_line(customer_id, line_id)
         plan = self._plan(line.plan_id)
+        # Numbers as their text and the date as YYYY-MM-DD, in the reference's words.
         return {
             "line_id": line.line_id,
-            "data_used_gb": line.data_used_gb,
-            "data_limit_gb": plan.data_limit_gb,
-            "data_refueling_gb": line.data_refueling_gb,
-            "cycle_end_date": _last_of_month(TODAY),
+            "data_used_gb": str(line.data_used_gb),
+            "data_limit_gb": str(plan.data_limit_gb),
+            "data_refueling_gb": str(line.data_refueling_gb),
+            "cycle_end_date": str(_last_of_month(TODAY)),
         }
 
     # ------------------------------------------------------------------ write tools
@@ -196,12 +206,12 @@ class CarrierTools(Toolkit):
         """
         line = self._owned_line(customer_id, line_id)
         if line.status != LineStatus.ACTIVE:
-            raise ToolError(f"Line {line_id} is not active (status: {_text(line.status)}), so it cannot be suspended")
+            raise ToolError("Line must be active to suspend")
         # The reason is accepted but not recorded, and the fee is announced but never billed (as the reference).
         line.status = LineStatus.SUSPENDED
         line.suspension_start_date = TODAY
         return {
-            "message": f"Line {line_id} suspended. A $5/month holding fee applies while it stays suspended.",
+            "message": "Line suspended successfully. $5/month holding fee will apply.",
             "line": line,
         }
 
@@ -215,11 +225,11 @@ class CarrierTools(Toolkit):
         """
         line = self._owned_line(customer_id, line_id)
         if line.status not in (LineStatus.SUSPENDED, LineStatus.PENDING_ACTIVATION):
-            raise ToolError(f"Line {line_id} cannot be resumed (status: {_text(line.status)})")
+            raise ToolError("Line must be suspended to resume")
         # Deliberately no contract_end_date check: the policy, not the tool, forbids that case.
         line.status = LineStatus.ACTIVE
         line.suspension_start_date = None
-        return {"message": f"Line {line_id} resumed and now active.", "line": line}
+        return {"message": "Line resumed successfully", "line": line}
 
     @tool(Effect.MUTATING)
     def send_payment_request(self, customer_id: str, bill_id: str) -> str:
@@ -233,13 +243,13 @@ class CarrierTools(Toolkit):
         """
         customer = self._customer(customer_id)
         if any(bill.status == BillStatus.AWAITING_PAYMENT for bill in self._customer_bills(customer)):
-            raise ToolError(f"Customer {customer_id} already has a bill awaiting payment")
+            raise ToolError("A bill is already awaiting payment for this customer")
         if bill_id not in customer.bill_ids:
-            raise ToolError(f"Bill {bill_id} does not belong to customer {customer_id}")
+            raise ToolError(f"Bill {bill_id} not found for customer {customer_id}")
         bill = self._bill(bill_id)
         # Whatever the bill's current status, even Paid: the reference checks nothing more.
         bill.status = BillStatus.AWAITING_PAYMENT
-        return f"Payment request sent to customer {customer_id} for bill {bill_id}."
+        return f"Payment request sent to the customer for bill {bill_id}"
 
     @tool(Effect.IDEMPOTENT)
     def enable_roaming(self, customer_id: str, line_id: str) -> str:
@@ -251,9 +261,9 @@ class CarrierTools(Toolkit):
         """
         line = self._owned_line(customer_id, line_id)
         if line.roaming_enabled:
-            return f"Roaming was already enabled on line {line_id}; nothing changed."
+            return "Roaming was already enabled"
         line.roaming_enabled = True
-        return f"Roaming enabled on line {line_id}."
+        return "Roaming enabled successfully"
 
     @tool(Effect.IDEMPOTENT)
     def disable_roaming(self, customer_id: str, line_id: str) -> str:
@@ -265,9 +275,9 @@ class CarrierTools(Toolkit):
         """
         line = self._owned_line(customer_id, line_id)
         if not line.roaming_enabled:
-            return f"Roaming was already disabled on line {line_id}; nothing changed."
+            return "Roaming was already disabled"
         line.roaming_enabled = False
-        return f"Roaming disabled on line {line_id}."
+        return "Roaming disabled successfully"
 
     @tool(Effect.EXTERNAL)
     def transfer_to_human_agents(self, summary: str) -> str:
@@ -293,7 +303,7 @@ class CarrierTools(Toolkit):
         """
         line = self._owned_line(customer_id, line_id)  # its status is deliberately not checked
         if gb_amount <= 0:
-            raise ToolError(f"The amount of data to refuel must be positive, got {gb_amount}")
+            raise ToolError("Refuel amount must be positive")
         plan = self._plan(line.plan_id)
         price = plan.data_refueling_price_per_gb
         charge = gb_amount * price  # never rounded: totals keep the exact float
@@ -301,10 +311,11 @@ class CarrierTools(Toolkit):
         draft = self._draft_bill(customer)  # may raise; do it before the first write
         line.data_refueling_gb += gb_amount
         self._add_charge(draft, f"Data refueling: {gb_amount} GB at ${price}/GB", charge)
+        # The amounts as their text, in the reference's words.
         return {
-            "message": f"Added {gb_amount} GB of data to line {line_id} for ${charge:.2f}.",
-            "new_data_refueling_gb": line.data_refueling_gb,
-            "charge": charge,
+            "message": f"Successfully added {gb_amount} GB of data for line {line_id} for ${charge:.2f}",
+            "new_data_refueling_gb": str(line.data_refueling_gb),
+            "charge": str(charge),
         }
 
     # ------------------------------------------------------------------ one-time charge
@@ -421,3 +432,6 @@ class CarrierTools(Toolkit):
         """True if the bill does not exist or has been paid; any other status (even Awaiting Payment) is False."""
         bill = self.db.bill(overdue_bill_id)
         return bill is None or bill.status == BillStatus.PAID
+
+
+CarrierTools = TelecomTools

@@ -67,11 +67,11 @@ NO_CONNECTION = "No Connection"
 _SPEED_LABELS: tuple[tuple[float, str], ...] = ((1.0, "Very Poor"), (5.0, "Poor"), (25.0, "Fair"), (100.0, "Good"))
 
 _SPEED_ADVICE: dict[str, str] = {
-    "Very Poor": "Even basic web pages will load very slowly.",
-    "Poor": "Enough for text messages and light browsing, but not for video.",
-    "Fair": "Fine for browsing and standard-definition video.",
-    "Good": "Suitable for HD video streaming and video calls.",
-    "Excellent": "Suitable for 4K streaming, large downloads and online gaming.",
+    "Very Poor": "Connection is very slow. Basic web browsing might be difficult.",
+    "Poor": "Connection is slow. Web browsing may be sluggish, streaming difficult.",
+    "Fair": "Connection is okay for web browsing and some standard definition streaming.",
+    "Good": "Connection is good for most activities, including HD streaming.",
+    "Excellent": "Connection is very fast.",
 }
 
 _SIGNAL_ICON: dict[SignalStrength, str] = {
@@ -83,10 +83,10 @@ _SIGNAL_ICON: dict[SignalStrength, str] = {
 }
 
 _SIM_DESCRIPTION: dict[SimStatus, str] = {
-    SimStatus.ACTIVE: "Active: the SIM card is inserted and working.",
-    SimStatus.MISSING: "Missing: no SIM card is detected.",
-    SimStatus.LOCKED_PIN: "Locked (PIN): the SIM card is locked and needs its PIN code.",
-    SimStatus.LOCKED_PUK: "Locked (PUK): the SIM card is locked and needs its PUK code.",
+    SimStatus.ACTIVE: "Your SIM card is active and working.",
+    SimStatus.MISSING: "No SIM card detected in the phone.",
+    SimStatus.LOCKED_PIN: "The SIM card is locked with a PIN code.",
+    SimStatus.LOCKED_PUK: "The SIM card is locked with a PUK code.",
 }
 
 
@@ -208,6 +208,26 @@ def status_bar(db: PhoneDB) -> str:
     return " | ".join(parts)
 
 
+class _Shown:
+    """A value whose repr is the given text (to write a dict as the reference prints it)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _vpn_details_text(details: VpnDetails | None) -> str:
+    """The details as the reference prints them: a Python dict, the performance as its enum's repr."""
+    if details is None:
+        return "{}"
+    shown: dict[str, object] = details.model_dump(mode="json")
+    performance = VpnPerformance(details.server_performance)
+    shown["server_performance"] = _Shown(f"<PerformanceLevel.{performance.name}: '{performance.value}'>")
+    return str(shown)
+
+
 def _on_off(flag: bool) -> str:
     return "ON" if flag else "OFF"
 
@@ -221,8 +241,13 @@ def _granted(permissions: AppPermissions) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
-class PhoneTools(Toolkit):
-    """The 30 tools the simulated user can run on their phone, plus init and assertion helpers."""
+class TelecomUserTools(Toolkit):
+    """The 30 tools the simulated user can run on their phone, plus init and assertion helpers.
+
+    Named as the reference names its phone toolkit, because Python writes the class name into the error a call with
+    a missing or unknown argument gets ("TelecomUserTools.check_app_status() missing 1 required positional argument:
+    ..."), and that error is the call's reply. The rest of agentspec calls it :data:`PhoneTools`.
+    """
 
     def __init__(self, db: PhoneDB) -> None:
         self.db = db
@@ -265,72 +290,76 @@ class PhoneTools(Toolkit):
             f"Wi-Fi Connected: {'Yes' if device.wifi_connected else 'No'}",
         ]
         if device.wifi_connected:
-            lines.append(f"Wi-Fi Network (SSID): {device.wifi_ssid or 'unknown'}")
+            lines.append(f"Connected Wi-Fi Network: {device.wifi_ssid}")
         return "\n".join(lines)
 
     @tool(Effect.READ_ONLY)
     def check_network_mode_preference(self) -> str:
         """Check which type of cellular network (5G, 4G, 3G or 2G) the phone prefers to connect to."""
         mode = self.db.device.network_mode_preference
-        return f"Network mode preference: {NetworkModePreference(mode).value}"
+        return f"Network Mode Preference: {NetworkModePreference(mode).value}"
 
     @tool(Effect.READ_ONLY)
     def run_speed_test(self) -> str:
         """Measure the current mobile internet download speed and say what it is good enough for. The result is 'No Connection' when mobile data is unavailable."""
         speed, label = speed_test(self.db)
         if speed is None:
-            return f"Speed test failed: {NO_CONNECTION}. The phone has no working mobile data connection."
-        return f"Download speed: {speed:.2f} Mbps ({label}). {_SPEED_ADVICE[label]}"
+            return f"Speed test failed: {NO_CONNECTION}."
+        return f"Speed Test Result: {speed:.2f} Mbps ({label}). {_SPEED_ADVICE[label]}"
 
     @tool(Effect.READ_ONLY)
     def check_sim_status(self) -> str:
         """Check whether the SIM card is working: active, missing, or locked with a PIN or PUK code."""
-        return f"SIM card status: {_SIM_DESCRIPTION[effective_sim_status(self.db)]}"
+        return _SIM_DESCRIPTION[effective_sim_status(self.db)]
 
     @tool(Effect.READ_ONLY)
     def check_data_restriction_status(self) -> str:
         """Check whether a data-limiting feature (Data Saver mode) is active on the phone."""
-        return f"Data Saver mode is {_on_off(self.db.device.data_saver_mode)}."
+        if self.db.device.data_saver_mode:
+            return "Data Saver mode is ON (limits data usage)."
+        return "Data Saver mode is OFF."
 
     @tool(Effect.READ_ONLY)
     def check_apn_settings(self) -> str:
         """Check the APN settings the phone uses to reach the carrier's data network: the APN name and the MMSC URL used for picture messaging."""
         apn = self.db.device.active_apn_settings
         mmsc = apn.mmsc_url if apn.mmsc_url is not None else "Not Set"
-        return f"APN name: {ApnName(apn.apn_name).value}\nMMSC URL: {mmsc}"
+        return (
+            f"Current APN Name: {ApnName(apn.apn_name).value}\nMMSC URL (for picture messages): {mmsc}\n"
+            "(These are technical settings, usually best left unchanged.)"
+        )
 
     @tool(Effect.READ_ONLY)
     def check_wifi_status(self) -> str:
         """Check whether Wi-Fi is on, which network the phone is connected to (if any) and its signal strength."""
         device = self.db.device
         if not device.wifi_enabled:
-            return "Wi-Fi is OFF."
+            return "Wi-Fi is turned OFF."
         if device.wifi_connected:
             signal = SignalStrength(device.wifi_signal_strength).value
-            return f"Wi-Fi is ON and connected to '{device.wifi_ssid}' (signal: {signal})."
+            return f"Wi-Fi is ON and connected to '{device.wifi_ssid}'. Signal strength: {signal}."
         return "Wi-Fi is ON but not connected to any network."
 
     @tool(Effect.READ_ONLY)
     def check_wifi_calling_status(self) -> str:
         """Check whether Wi-Fi Calling (making and receiving calls over Wi-Fi) is enabled."""
-        return f"Wi-Fi Calling is {_on_off(self.db.device.wifi_calling_enabled)}."
+        return f"Wi-Fi Calling is currently turned {_on_off(self.db.device.wifi_calling_enabled)}."
 
     @tool(Effect.READ_ONLY)
     def check_vpn_status(self) -> str:
         """Check whether a VPN is active and connected, with its connection details (server, protocol, performance)."""
         device = self.db.device
         if device.vpn_connected:
-            details = device.vpn_details.model_dump(mode="json") if device.vpn_details is not None else {}
-            return f"VPN is ON and connected. Details: {details}"
+            return f"VPN is ON and connected. Details: {_vpn_details_text(device.vpn_details)}"
         if device.vpn_enabled_setting:
-            return "VPN is turned ON in settings but not connected."
-        return "VPN is OFF."
+            return "VPN is turned ON in settings, but currently not connected."
+        return "VPN is turned OFF."
 
     @tool(Effect.READ_ONLY)
     def check_installed_apps(self) -> str:
         """List the names of all apps installed on the phone."""
         names = list(self.db.device.app_statuses)
-        return f"Installed apps: {', '.join(names)}" if names else "No apps are installed."
+        return f"The following apps are installed on the phone: {', '.join(names)}"
 
     @tool(Effect.READ_ONLY)
     def check_app_status(self, app_name: str) -> str:
@@ -341,11 +370,11 @@ class PhoneTools(Toolkit):
         """
         app = self.db.device.app_statuses.get(app_name)
         if app is None:
-            return f"App '{app_name}' was not found on this phone."
+            return f"App '{app_name}' not found on this phone."
         granted = _granted(app.permissions)
         if not granted:
-            return f"App: {app.app_name}\nGranted permissions: none"
-        return f"App: {app.app_name}\nGranted permissions:\n" + "\n".join(f"- {name}" for name in granted)
+            return f"Status for App: {app.app_name}\n - Permissions: None granted."
+        return f"Status for App: {app.app_name}\n - Permissions Granted:\n" + "\n".join(f"   - {name}" for name in granted)
 
     @tool(Effect.READ_ONLY)
     def check_app_permissions(self, app_name: str) -> str:
@@ -356,25 +385,27 @@ class PhoneTools(Toolkit):
         """
         app = self.db.device.app_statuses.get(app_name)
         if app is None:
-            return f"App '{app_name}' was not found on this phone."
+            return f"App '{app_name}' not found on this phone."
         granted = _granted(app.permissions)
-        return f"App '{app.app_name}' has permissions: {', '.join(granted) if granted else 'none'}."
+        if not granted:
+            return f"App '{app.app_name}' currently has no permissions granted."
+        return f"App '{app.app_name}' has permission for: {', '.join(granted)}."
 
     @tool(Effect.READ_ONLY)
     def can_send_mms(self) -> str:
         """Check whether the messaging app can currently send MMS (picture/video) messages."""
         if can_send_mms(self.db):
-            return "Yes, the messaging app can send MMS messages."
-        return "No, the messaging app cannot send MMS messages right now."
+            return "Your messaging app can send MMS messages."
+        return "Your messaging app cannot send MMS messages."
 
     @tool(Effect.READ_ONLY)
     def check_payment_request(self) -> str:
         """Check whether the carrier has sent a payment request for a bill to this phone."""
         request = self.db.surroundings.payment_request
         if request is None:
-            return "There is no pending payment request."
-        state = "already paid" if request.paid else "awaiting payment"
-        return f"Payment request for bill {request.bill_id}: ${request.amount_due:.2f} ({state})."
+            return "No payment request has been made."
+        # A paid request is cleared by the next sync; until then it reads as before (as the reference).
+        return f"You have a payment request for bill {request.bill_id} of {request.amount_due} USD."
 
     # -- fixes (mutating) --------------------------------------------------
 
@@ -388,11 +419,11 @@ class PhoneTools(Toolkit):
         try:
             preference = NetworkModePreference(mode)
         except ValueError:
-            valid = ", ".join(f"'{m.value}'" for m in NetworkModePreference)
-            return f"Invalid network mode '{mode}'. Valid modes are: {valid}. Nothing was changed."
+            valid = ", ".join(m.value for m in NetworkModePreference)
+            return self._with_bar(f"Failed to set network mode: '{mode}' is not a valid option. Please use one of: {valid}")
         self.db.device.network_mode_preference = preference
         network_search(self.db)
-        return self._with_bar(f"Network mode preference set to {preference.value}.")
+        return self._with_bar(f"Preferred Network Mode set to: {preference.value}")
 
     @tool(Effect.MUTATING)
     def toggle_airplane_mode(self) -> str:
@@ -415,7 +446,7 @@ class PhoneTools(Toolkit):
         """Take the SIM card out and put it back in, which can fix a SIM that is not recognised."""
         self.db.device.sim_card_missing = False
         network_search(self.db)
-        return self._with_bar("The SIM card was removed and reinserted.")
+        return self._with_bar("SIM card re-seated successfully.")
 
     @tool(Effect.MUTATING)
     def toggle_data(self) -> str:
@@ -423,7 +454,7 @@ class PhoneTools(Toolkit):
         device = self.db.device
         device.data_enabled = not device.data_enabled
         network_search(self.db)
-        return self._with_bar(f"Mobile data is now {_on_off(device.data_enabled)}.")
+        return self._with_bar(f"Mobile Data is now {_on_off(device.data_enabled)}.")
 
     @tool(Effect.MUTATING)
     def toggle_roaming(self) -> str:
@@ -438,7 +469,7 @@ class PhoneTools(Toolkit):
         """Turn Data Saver mode ON or OFF. When ON it reduces data usage, which can slow data down."""
         device = self.db.device
         device.data_saver_mode = not device.data_saver_mode
-        return self._with_bar(f"Data Saver mode is now {_on_off(device.data_saver_mode)}.")
+        return self._with_bar(f"Data Saver Mode is now {_on_off(device.data_saver_mode)}.")
 
     @tool(Effect.MUTATING)
     def set_apn_settings(self, apn_settings: dict[str, Any]) -> str:
@@ -447,14 +478,15 @@ class PhoneTools(Toolkit):
         Args:
             apn_settings: The new settings, with any of the keys 'apn_name' ('internet' or 'broken'), 'reset_at_reboot', 'mms_apn', 'mmsc_url', 'mms_proxy', 'mms_port'.
         """
+        if not isinstance(apn_settings, dict):  # what the reference answers: it reads .apn_name off the value
+            raise ToolError(f"'{type(apn_settings).__name__}' object has no attribute 'apn_name'")
         try:
             new_settings = APNSettings.model_validate(apn_settings)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'apn_settings'}: {e['msg']}" for e in exc.errors())
-            raise ToolError(f"Invalid APN settings: {problems}") from exc
+            raise ToolError(str(exc)) from exc  # pydantic's own text, as the reference answers
         self.db.device.active_apn_settings = new_settings
         network_search(self.db)
-        return self._with_bar("APN settings updated.")
+        return self._with_bar(f"APN settings set to: {ApnName(new_settings.apn_name).value}")
 
     @tool(Effect.MUTATING)
     def reset_apn_settings(self) -> str:
@@ -462,14 +494,14 @@ class PhoneTools(Toolkit):
         # Only arms the reset; reboot_device performs it (pitfall 1).
         self.db.device.active_apn_settings.reset_at_reboot = True
         network_search(self.db)
-        return self._with_bar("APN settings will be reset to default when the device reboots.")
+        return self._with_bar("APN settings will reset at reboot.")
 
     @tool(Effect.MUTATING)
     def toggle_wifi(self) -> str:
         """Turn the Wi-Fi radio ON or OFF."""
         device = self.db.device
         if device.airplane_mode:
-            return "Wi-Fi cannot be changed while Airplane Mode is ON. Nothing was changed."
+            return self._with_bar("Cannot change Wi-Fi settings while Airplane Mode is ON.")
         device.wifi_enabled = not device.wifi_enabled
         if not device.wifi_enabled:
             self._clear_wifi_connection()
@@ -487,22 +519,22 @@ class PhoneTools(Toolkit):
         """Connect to the phone's VPN (Virtual Private Network)."""
         device = self.db.device
         if device.vpn_connected:
-            return "The VPN is already connected."
+            return "VPN already connected."
         device.vpn_connected = True
         device.vpn_details = VpnDetails(
             server_address=DEFAULT_VPN_SERVER,
             protocol=DEFAULT_VPN_PROTOCOL,
             server_performance=self.db.vpn_default_performance,
         )
-        return self._with_bar("VPN connected.")
+        return self._with_bar("VPN connected successfully.")
 
     @tool(Effect.MUTATING)
     def disconnect_vpn(self) -> str:
         """Disconnect the active VPN connection, so internet traffic no longer goes through a VPN server."""
         if not self.db.device.vpn_connected:
-            return "No VPN is connected."
+            return self._with_bar("No active VPN connection to disconnect.")
         self._disconnect_vpn()
-        return self._with_bar("VPN disconnected.")
+        return self._with_bar("VPN disconnected successfully.")
 
     @tool(Effect.MUTATING)
     def grant_app_permission(self, app_name: str, permission: str) -> str:
@@ -514,32 +546,36 @@ class PhoneTools(Toolkit):
         """
         app = self.db.device.app_statuses.get(app_name)
         if app is None:
-            return f"Error. App '{app_name}' was not found on this phone; nothing was changed."
+            return self._with_bar(f"Error. App '{app_name}' not found. Cannot grant permission.")
         key = permission.lower()
         if key not in AppPermissions.model_fields:
-            valid = ", ".join(AppPermissions.model_fields)
-            return f"Error. '{permission}' is not a known permission (valid: {valid}); nothing was changed."
+            valid = list(AppPermissions.model_fields)
+            return self._with_bar(
+                f"Error. Permission '{key}' not tracked for app '{app_name}', available permissions: {valid}"
+            )
         setattr(app.permissions, key, True)
-        return self._with_bar(f"Permission '{key}' granted to app '{app_name}'.")
+        return self._with_bar(f"Success. Permission '{key}' granted to app '{app_name}'.")
 
     @tool(Effect.MUTATING)
     def reboot_device(self) -> str:
         """Restart the phone, refreshing its services and network connection. Applies a pending APN reset."""
         device = self.db.device
+        said = ""
         if device.active_apn_settings.reset_at_reboot:
             device.active_apn_settings = APNSettings()
+            said = "Resetting APN settings...\n"
         device.network_connection_status = NetworkStatus.SEARCHING
         network_search(self.db)
-        return self._with_bar("The phone restarted.")
+        return self._with_bar(f"{said}Restarting network services...")
 
     @tool(Effect.MUTATING)
     def make_payment(self) -> str:
         """Pay the bill named in the carrier's pending payment request."""
         request = self.db.surroundings.payment_request
         if request is None:
-            return "There is no payment request to pay."
+            return "You do not have a payment request."
         request.paid = True
-        return f"Paid ${request.amount_due:.2f} for bill {request.bill_id}."
+        return f"Payment of {request.amount_due} USD has been made for bill {request.bill_id}."
 
     # -- task initialisation helpers (not tools) ---------------------------
 
@@ -659,3 +695,6 @@ class PhoneTools(Toolkit):
 
     def assert_mobile_data_usage_exceeded(self, expected_status: bool) -> bool:
         return self.db.surroundings.mobile_data_usage_exceeded == expected_status
+
+
+PhoneTools = TelecomUserTools

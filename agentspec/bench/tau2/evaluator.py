@@ -8,7 +8,9 @@ it is the product over the task's ``reward_basis`` of
   replayed output must equal the recorded one (else :class:`ReplayMismatch`);
   then every assertion must hold;
 * ``ACTION``: every gold action is matched by some call of either party with
-  the same name and matching arguments (``compare_args`` rule below).
+  the same name and matching arguments (``compare_args`` rule below).  The
+  actions are checked whatever the basis (as tau2 reports them), and count
+  only where it names ``ACTION``.
 """
 
 from __future__ import annotations
@@ -131,8 +133,10 @@ def evaluate(
         env = fresh_environment()
         replay(env, trajectory)
         env_checks = check_assertions(env, assertions)
-    action_checks = check_actions(trajectory, gold_actions) if "ACTION" in reward_basis else []
-    reward = float(all(c.passed for c in env_checks) and all(c.passed for c in action_checks))
+    # Every gold action is checked, as tau2 does, whether or not the reward counts them (its basis says).
+    action_checks = check_actions(trajectory, gold_actions)
+    counted = action_checks if "ACTION" in reward_basis else []
+    reward = float(all(c.passed for c in env_checks) and all(c.passed for c in counted))
     note = None
     if trajectory.termination not in SCORED_ENDINGS:
         reward = 0.0

@@ -28,9 +28,11 @@ from agentspec.bench.tau2.parties import (
     Party,
     script_turns,
 )
+from agentspec.bench.tau2.recorded import read_recording
 from agentspec.models import ModelClient
 from agentspec.runtime.conversation import RunCall, ScriptedUser, User, UserTurn, scripted_turns, steps_trajectory
 from agentspec.runtime.policies import OracleAuthority, Policy
+from agentspec.runtime.recorded import Recording
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
 from agentspec.types import Message, Requestor, Step, TerminationReason, ToolCall, ToolSpec, Trajectory
 
@@ -175,6 +177,11 @@ class Tau2Bench(Generic[T]):
         source = Tau2Source(domain=self.domain.tau2_domain, raw_tasks=self.domain.raw_tasks(),
                             tasks_file=self.domain.tasks_file(), policy=self.domain.official_policy)
         return write_results(out, records, source=source, max_steps=self.max_steps, max_errors=self.max_errors)
+
+    def read_recording(self, path: str | Path) -> Recording | None:
+        """tau2's own simulation file at ``path`` (:mod:`agentspec.bench.tau2.recorded`), None when it is not one
+        (:class:`~agentspec.bench.protocol.RecordedRuns`)."""
+        return read_recording(self, path)
 
     # --- tau2's evaluator and scripted episodes (``agentspec evaluate``) ------------------
 

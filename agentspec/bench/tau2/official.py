@@ -47,6 +47,9 @@ from agentspec.types import Message, TerminationReason
 
 TAU2_FOLDER = "tau2"
 
+TAU2_RESULTS = "results.json"
+"""tau2's own results file (a run folder's, in its newer releases; ``OUT/tau2/`` here when one mode ran)."""
+
 
 @dataclass(frozen=True)
 class Tau2Source:
@@ -84,7 +87,7 @@ def write_results(out: Path, records: Mapping[str, Sequence[Record]], *, source:
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for mode, document in documents.items():
-        path = folder / ("results.json" if len(documents) == 1 else f"results-{mode}.json")
+        path = folder / (TAU2_RESULTS if len(documents) == 1 else f"results-{mode}.json")
         path.write_text(json.dumps(document, indent=1), encoding="utf-8")
         paths.append(path)
     return paths
@@ -260,7 +263,7 @@ def reward_info(record: Record, task: Mapping[str, Any], where: str) -> dict[str
         "db_check": None,  # agentspec scores on the assertions and actions the telecom tasks name, not a DB hash
         "env_assertions": [{"env_assertion": spec, "met": c.passed, "reward": float(c.passed)} for c, spec in assertions],
         "action_checks": [{"action": spec, "action_match": c.passed, "action_reward": float(c.passed)}
-                          for c, spec in actions] if "ACTION" in evaluation.reward_basis else None,
+                          for c, spec in actions] or None,
         "reward_basis": evaluation.reward_basis,
         "reward_breakdown": breakdown,
         "info": {"note": evaluation.note, "scored_by": "agentspec"},

@@ -6,7 +6,8 @@
 
 Trajectories are the split's gold calls (replayed for their observations;
 ``--no-gold`` leaves them out) and the successful episodes of ``--runs``
-folders, restricted to the split's tasks so mining never sees a test task.
+folders, restricted to the split's tasks so mining never sees a test task, and every episode of recorded runs of
+real agents (tau2-bench's simulation files; leave out the recording a library will run on).
 The speculator is ``noisy-oracle:P`` (each trajectory's own calls stand in
 for the gold), a learned speculator (``learned:FILE`` of ``agentspec speculator fit``) or any model
 endpoint (``URL``, ``URL#MODEL``, or a name with
@@ -48,7 +49,7 @@ from agentspec.mining.labelling import (
     training_states,
 )
 from agentspec.mining.normalize import Normalizer, patterns_from_table
-from agentspec.mining.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_results
+from agentspec.mining.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_runs
 from agentspec.run_spec import RunSpec, learned_speculator
 from agentspec.runtime.modes import noisy_oracle_p
 from agentspec.runtime.policies import NoisyOracleSpeculator, Policy
@@ -87,10 +88,12 @@ def _trajectories(args: argparse.Namespace, bench: Any) -> tuple[list[MinedTraje
     sources = [] if args.no_gold else [f"gold:{args.bench}/{args.split}"]
     for folder in args.runs:
         try:
-            found = read_results(folder, min_reward=args.min_reward)
+            found = read_runs(folder, bench, min_reward=args.min_reward)
         except UnicodeDecodeError as exc:
             raise ConfigError(f"--runs {folder}: a results file is not UTF-8 text ({exc.reason})") from exc
-        inside = [t for t in found if t.task_id in split_ids]
+        # A recorded run of a real agent is mined whole (its tasks are the bench's); an agentspec run's episodes
+        # only where they are the split's.
+        inside = [t for t in found if t.recording is not None or t.task_id in split_ids]
         outside += len(found) - len(inside)
         runs.extend(inside)
         sources.append(str(folder))

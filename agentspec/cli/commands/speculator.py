@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from agentspec.bench.protocol import recording_at
 from agentspec.bench.registry import open_bench
 from agentspec.cli.flags import bench_options
 from agentspec.errors import ConfigError
@@ -29,7 +30,7 @@ from agentspec.speculator.artifact import load
 from agentspec.speculator.command import fit_bench
 from agentspec.speculator.model import SpeculatorModel
 from agentspec.speculator.online import OnlineLearner
-from agentspec.speculator.score import check_disjoint, cross_validate, score_runs, score_tasks, summarise
+from agentspec.speculator.score import cross_validate, score_runs, score_tasks, summarise
 from agentspec.speculator.trajectories import run_trajectories
 
 
@@ -37,6 +38,18 @@ def _bench(args: argparse.Namespace) -> Any:
     """The bench opened as a run opens it: its ``--backend`` and ``--bench-option`` settings included (a bad
     ``KEY=VALUE`` is a usage error before any data is read)."""
     return open_bench(args.bench, args.data_dir, backend=args.backend, options=bench_options(args.bench_option))
+
+
+def held_out_tasks(bench: Any, recordings: Sequence[str]) -> set[str]:
+    """The tasks of the recorded runs ``recordings`` (``speculator fit --hold-out``); one ConfigError line for a
+    file that is not a recording the bench reads."""
+    held: set[str] = set()
+    for path in recordings:
+        recording = recording_at(bench, path)
+        if recording is None:
+            raise ConfigError(f"--hold-out {path}: not a recorded run {bench.name} reads (tau2-bench's simulation file)")
+        held.update(recording.task_ids())
+    return held
 
 
 def fit_command(args: argparse.Namespace) -> dict[str, Any]:
@@ -48,6 +61,11 @@ def fit_command(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("--no-gold leaves nothing to fit on: give --runs DIR")
     bench = _bench(args)
     tasks = bench.tasks(args.split)
+    held = held_out_tasks(bench, getattr(args, "hold_out", None) or [])
+    if held:  # their gold calls stay out, so the speculator can be scored and run on those recordings
+        tasks = [t for t in tasks if t.id not in held]
+        if not tasks and not args.runs:
+            raise ConfigError(f"--hold-out leaves none of the {args.split} split's tasks to fit on")
     started = time.perf_counter()
     artifact = anyio.run(lambda: fit_bench(bench, tasks, runs=args.runs, gold=not args.no_gold,
                                            min_reward=args.min_reward, seed=args.seed, split=args.split))
@@ -84,15 +102,19 @@ def score_command(args: argparse.Namespace) -> dict[str, Any]:
         figures = anyio.run(lambda: cross_validate(bench, tasks, args.folds, args.seed, fitter, lookahead=args.lookahead,
                                                    cap=cap))
         return {**head, "speculator": f"{args.folds}-fold cross-validation", **figures}
-    check_disjoint(artifact.fitted_on.task_ids, [t.id for t in tasks])
+    ids = [t.id for t in tasks]
     if args.runs:
-        mined = run_trajectories(args.runs, {t.id for t in tasks}, min_reward=args.min_reward)
+        mined = [m for m in run_trajectories(args.runs, set(ids), min_reward=args.min_reward, bench=bench)
+                 if m.task_id in set(ids)]
         if not mined:
-            raise ConfigError(f"no episode of the {args.split} split's tasks with reward >= {args.min_reward} in "
-                              f"{', '.join(args.runs)}")
+            floor = "the default reward" if args.min_reward is None else f"reward >= {args.min_reward}"
+            raise ConfigError(f"no episode of the {args.split} split's tasks with {floor} in {', '.join(args.runs)}")
+        for digest in {m.recording for m in mined}:  # the tasks scored: those of the episodes, nothing else
+            artifact.fitted_on.check_unseen(sorted({m.task_id for m in mined if m.recording == digest}), digest)
         scores = anyio.run(lambda: score_runs(bench, tasks, mined, artifact.model, lookahead=args.lookahead, cap=cap))
         return {**head, "speculator": str(args.speculator), "reference": "runs", "runs": list(args.runs),
                 "episodes": len(mined), **summarise(scores)}
+    artifact.fitted_on.check_unseen(ids)
     learner = OnlineLearner(artifact) if args.learn_online else None
     scores = anyio.run(lambda: score_tasks(bench, tasks, artifact.model, lookahead=args.lookahead, learner=learner,
                                            cap=cap))

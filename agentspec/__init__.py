@@ -38,6 +38,7 @@ if typing.TYPE_CHECKING:
     from agentspec.results import Results
     from agentspec.run_spec import RunSpec, SporkSettings
     from agentspec.runtime.conversation import SAY, User, UserTurn
+    from agentspec.runtime.latency import LatencyModel
     from agentspec.runtime.modes import Mode
     from agentspec.runtime.policies import Decision, Policy
     from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
@@ -70,6 +71,7 @@ __all__ = [
     "Executor",
     "InProcessBackend",
     "JsonState",
+    "LatencyModel",
     "LineageBackend",
     "Message",
     "Mode",
@@ -127,6 +129,7 @@ _EXPORTS: dict[str, str] = {
     "Executor": "agentspec.api",
     "InProcessBackend": "agentspec.snapshot",
     "JsonState": "agentspec.checkpoint",
+    "LatencyModel": "agentspec.runtime.latency",
     "LineageBackend": "agentspec.snapshot",
     "Message": "agentspec.types",
     "Mode": "agentspec.runtime.modes",

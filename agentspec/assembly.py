@@ -418,6 +418,8 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
         "macros_fired": sorted({s.macro_id for s in loop.steps if s.macro_id}),
         "timeline": [vars(e) for e in loop.timeline.events],
     }
+    if resumed is not None:  # continued from a run log: where (its time is the whole episode's, from the log)
+        execution["resumed"] = {"from_step": len(resumed.steps), "at_s": round(resumed.elapsed_s, 6)}
     if parts.recorded is not None:  # what the recording's own evaluator said, beside agentspec's
         recorded = parts.recorded
         execution["recorded"] = {"source": recorded.source, "reward": recorded.reward,

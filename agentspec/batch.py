@@ -36,7 +36,7 @@ from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
 from agentspec.models.cassette import FILE as CASSETTE_FILE
 from agentspec.results import results_file
-from agentspec.run_spec import RunSpec
+from agentspec.run_spec import RunSpec, learned_speculator
 from agentspec.runtime.governor import Governor
 from agentspec.runtime.modes import Mode
 from agentspec.runtime.real_time import virtual_clock
@@ -95,6 +95,11 @@ def log_config(spec: RunSpec, mode: Mode) -> dict[str, Any]:
     if spec.replay:
         recording = Path(spec.replay) / CASSETTE_FILE
         settings["replay"] = sha256_file(recording) if recording.is_file() else None
+    learned = {path: sha256_file(Path(path)) if Path(path).is_file() else None
+               for model in (settings.get("speculator_model"), *settings.get("more_speculators", []))
+               if (path := learned_speculator(model))}
+    if learned:  # a learned speculator's file, by content: a changed file would blend two speculators' guesses
+        settings["learned_speculators"] = learned
     if spec.runs:  # a recorded agent's run, by content (a run folder holds it as its results file)
         try:
             settings["runs"] = sha256_file(results_file(spec.runs))

@@ -100,15 +100,18 @@ def _read_key(path: Path) -> bytes:
     """Read and check the key file; FileNotFoundError when there is none, ConfigError when it cannot be trusted."""
     fix = f"delete {path} to make a new key (logs it signed can then no longer be resumed)"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # a link could point at anyone's file
+        # Not a link (it could point at anyone's file); non-blocking, so that a FIFO planted there is refused below
+        # instead of waiting for a writer forever.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise ConfigError(f"the run-log key {path} cannot be read ({exc.strerror}); {fix}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder or a FIFO: checked before reading from it
+        os.close(fd)
+        raise ConfigError(f"the run-log key {path} is not a regular file; {fix}")
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"the run-log key {path} is not a regular file; {fix}")
         if info.st_uid != os.getuid():
             raise ConfigError(f"the run-log key {path} belongs to user {info.st_uid}, not to you ({os.getuid()}); {fix}")
         if info.st_mode & 0o077:

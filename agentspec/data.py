@@ -49,6 +49,8 @@ class DataSpec:
     """Archive folder -> our relative folder, for extracting from the package."""
     checkout_prefixes: Mapping[str, str] = field(default_factory=dict)
     """Folder in a source checkout -> our relative folder."""
+    bench: str = ""
+    """The bench that reads it, as ``agentspec data pull --bench`` names it."""
 
 
 def cache_root(env: Mapping[str, str] = os.environ) -> Path:
@@ -147,7 +149,7 @@ def resolve_data_dir(spec: DataSpec, explicit: str | os.PathLike[str] | None = N
         return cached
     raise DataError(
         f"no {spec.name} data found: pass --data-dir DIR, set {spec.env_var}, "
-        f"or run `agentspec data pull` to fill {cached}"
+        f"or run `agentspec data pull --bench {spec.bench or spec.name}` to fill {cached}"
     )
 
 

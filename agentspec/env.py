@@ -124,3 +124,15 @@ class ToolkitEnvironment:
 
     def restore(self, snapshot: StateSnapshot) -> Self:
         return self if self.shared else type(self)(snapshot.load())
+
+    def adopt(self, other: Self) -> Self:
+        """Make ``other``'s state this environment's, inside the toolkit object this one holds: the object a user
+        passed in stays the live state after a commit (they may keep reading it).  Returns the environment that is
+        live from now on: this one, or ``other`` where the toolkit has no ``__dict__`` to take over."""
+        if other.toolkit is self.toolkit:
+            return self
+        if not hasattr(self.toolkit, "__dict__") or type(other.toolkit) is not type(self.toolkit):
+            return other
+        vars(self.toolkit).clear()
+        vars(self.toolkit).update(vars(other.toolkit))  # the committed fork is never used again: no copy needed
+        return self

@@ -22,6 +22,8 @@ level they care about::
 
 from __future__ import annotations
 
+import pydantic
+
 
 class AgentSpecError(Exception):
     """Base class of every error agentspec raises on purpose."""
@@ -91,3 +93,11 @@ class ToolError(Exception):
 
 class ClusterError(AgentSpecError):
     """An episode could not be completed on the Ray cluster (its worker kept dying), or the cluster went away."""
+
+
+def first_problem(exc: pydantic.ValidationError, top: str = "top level") -> str:
+    """``where: what`` of a validation error's first problem, one line (``top`` names the document's root), e.g.
+    ``macros.0.steps: Field required``: pydantic's own message names the rule, not the field."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or top
+    return f"{where}: {str(first['msg']).removeprefix('Value error, ')}"

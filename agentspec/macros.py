@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentspec.errors import ConfigError
+from agentspec.errors import ConfigError, first_problem
 from agentspec.types import ToolCall, canonical_json
 
 FORMAT = "agentspec.macros/v1"
@@ -145,7 +145,7 @@ class MacroLibrary(BaseModel):
         except UnicodeDecodeError as exc:
             raise ConfigError(f"macro library {path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
         except ValidationError as exc:
-            raise ConfigError(f"{path} is not a valid macro library: {exc.errors()[0]['msg']}") from exc
+            raise ConfigError(f"{path} is not a valid macro library: {first_problem(exc)}") from exc
         if library.format != FORMAT:
             raise ConfigError(f"{path} has format {library.format!r}; this agentspec reads {FORMAT!r}")
         return library

@@ -22,9 +22,11 @@ never swept), holding under ``/opt/agentspec-mcp``
   (pydantic-core...) load only in the same Python ABI: the image's ``python3`` must have the host's extension
   suffix (both Python 3.11 on these machines, where the dev image runs the host's ``/usr/bin/python3``), else
   the toolkit refuses, naming both;
-- ``files/``: each file the server's arguments name on this host (relative to the folder agentspec runs in, or
-  absolute), at its absolute host path below ``files/``; the argument is rewritten to that path.  Only those
-  files travel: a server that imports modules of its own should be a package listed in ``packages``.
+- ``files/``: the program file an interpreter command runs (``python server.py``, ``node server.js``), where it is
+  a file on this host (relative to the folder agentspec runs in, or absolute), at its absolute host path below
+  ``files/``; that argument is rewritten to that path.  Only that file travels: a server that imports modules of
+  its own should be a package listed in ``packages``.  Every other argument is the server's own, relative to its
+  working directory, the workspace (``mcp-server-filesystem .`` serves the workspace, never a host folder).
 
 The DIGEST hashes the base image's id, the host's ABI, the command, each distribution's RECORD and each file's
 bytes, so a changed server or SDK builds a new image and an unchanged one is found at once.  ``python`` and
@@ -46,7 +48,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import socket
 import ssl
 import sysconfig
@@ -145,16 +146,6 @@ def _dist_files(dist: metadata.Distribution) -> list[tuple[Path, str]]:
     return files
 
 
-def _server_files(args: Sequence[str], here: Path) -> dict[str, Path]:
-    """The arguments that name files on this host (relative to ``here`` or absolute), as {argument: file}."""
-    named = {}
-    for arg in args:
-        path = Path(arg) if os.path.isabs(arg) else here / arg
-        if path.is_file():
-            named[arg] = path.resolve()
-    return named
-
-
 def _inside(path: Path) -> str:
     return f"{FILES}{path}"
 
@@ -173,21 +164,22 @@ def _digest(base_id: str, command: str, dists: Sequence[metadata.Distribution], 
 
 
 def runtime_image(api: docker.APIClient, base: str, command: str, args: Sequence[str], env: Mapping[str, str], *,
-                  packages: Sequence[str] = ("mcp",), here: Path | None = None) -> RuntimeImage:
+                  packages: Sequence[str] = ("mcp",), program: tuple[int, Path] | None = None) -> RuntimeImage:
     """Find or build the runtime image of the server ``command *args`` over the sandbox image ``base`` (see the
-    module docstring); ``env``: the server's own variables.
+    module docstring); ``env``: the server's own variables; ``program``: the interpreter's program file on this
+    host, as (its index in ``args``, its path) (:func:`agentspec.mcp._program_file`), the one file copied in:
+    every other argument is the server's own, relative to its working directory in the container (the workspace).
 
     Blocking (call it through a worker thread).  ConfigError when the image cannot run the server: no
     ``python3``, another Python ABI than this one, or a command it does not have.
     """
-    here = here or Path.cwd()
     info = api.inspect_image(base)
     python = command in PYTHONS
     dists = _distributions(packages) if python else []
-    files = _server_files(args, here)
+    files = dict([program]) if program is not None else {}
     digest = _digest(info["Id"], command, dists, files.values())
     tag = f"{RUNTIME_IMAGE}:{digest}"
-    argv = ("python3" if python else command, *(_inside(files[a]) if a in files else a for a in args))
+    argv = ("python3" if python else command, *(_inside(files[i]) if i in files else a for i, a in enumerate(args)))
     variables = {**env, "PYTHONPATH": f"{SITE}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else SITE} \
         if python else dict(env)
     items = tuple(f"{key}={value}" for key, value in variables.items())

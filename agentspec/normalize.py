@@ -26,16 +26,55 @@ argument names).  Nothing here knows a particular benchmark's ids.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
+import regex
+
+from agentspec.errors import ConfigError
 from agentspec.macros import MacroStep
 from agentspec.types import Observation, ToolCall, canonical_json
 
+T = TypeVar("T")
+
 KEY_TYPE = "{key}"
 """A pattern whose type is this placeholder names its slots after the argument (``customer_id``)."""
+
+
+REGEX_TIMEOUT_S = 1.0
+"""The longest one match of a value pattern may take.  Patterns come from files (a speculator's ``value_patterns``,
+a bench's table): one that backtracks without end on some text must fail, not hang the run."""
+
+
+class BoundedPattern:
+    """A regular expression whose every match is bounded in time (the ``regex`` engine's timeout): one that runs
+    past :data:`REGEX_TIMEOUT_S` raises :class:`~agentspec.errors.ConfigError` naming the pattern."""
+
+    __slots__ = ("_compiled", "pattern", "shown")
+
+    def __init__(self, pattern: str, shown: str | None = None) -> None:
+        self.pattern = pattern
+        self.shown = shown if shown is not None else pattern  # as its file wrote it (``pattern`` may wrap it)
+        self._compiled = regex.compile(pattern)
+
+    def _bounded(self, work: Callable[[], T], text: str) -> T:
+        try:
+            return work()
+        except TimeoutError:
+            raise ConfigError(f"the value pattern `{self.shown}` took over {REGEX_TIMEOUT_S:g} s on a text of "
+                              f"{len(text)} characters (it backtracks without end): fix or remove it") from None
+
+    def search(self, text: str) -> Any:
+        return self._bounded(lambda: self._compiled.search(text, timeout=REGEX_TIMEOUT_S), text)
+
+    def fullmatch(self, text: str) -> Any:
+        return self._bounded(lambda: self._compiled.fullmatch(text, timeout=REGEX_TIMEOUT_S), text)
+
+    def finditer(self, text: str) -> list[Any]:
+        """Every match, found within one time bound."""
+        return self._bounded(lambda: list(self._compiled.finditer(text, timeout=REGEX_TIMEOUT_S)), text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +82,12 @@ class ValuePattern:
     """Values of one slot type: the whole value matches ``value``, and the argument name ``key`` (if given)."""
 
     type: str
-    value: re.Pattern[str]
-    key: re.Pattern[str] | None = None
+    value: BoundedPattern
+    key: BoundedPattern | None = None
 
     @classmethod
     def of(cls, type_: str, value: str, key: str | None = None) -> ValuePattern:
-        return cls(type_, re.compile(value), re.compile(key) if key is not None else None)
+        return cls(type_, BoundedPattern(value), BoundedPattern(key) if key is not None else None)
 
     def match(self, key: str | None, text: str) -> str | None:
         """The slot type when this pattern covers ``text`` under argument name ``key``."""

@@ -27,7 +27,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from agentspec.bench.protocol import OfficialOutputs
-from agentspec.errors import ConfigError
+from agentspec.errors import ConfigError, first_problem
 from agentspec.runtime.metrics import percentile
 from agentspec.user_files import read_user_file
 
@@ -72,6 +72,7 @@ def summarize(records: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, 
         "pass_hat_k": {str(k): v for k, v in pass_hat_k(successes).items()},
         "terminations": dict(Counter(termination(r) for r in records)),
         "failed_episodes": sum(1 for r in records if r.get("error")),
+        "resumed_episodes": sum(1 for r in records if (r.get("execution") or {}).get("resumed")),
         "first_error": next((r["error"] for r in records if r.get("error")), None),
         "wall_s": round(wall_s, 3),
     }
@@ -199,7 +200,7 @@ class Results(BaseModel):
             return cls.model_validate({"config": dict(config), "summary": dict(summary),
                                        "episodes": {mode: list(records) for mode, records in episodes.items()}})
         except ValidationError as exc:  # a writer's bug, said in one line
-            raise ConfigError(f"these results do not fit {RESULTS_FORMAT}: {_first_error(exc)}") from exc
+            raise ConfigError(f"these results do not fit {RESULTS_FORMAT}: {first_problem(exc)}") from exc
 
     def records(self, mode: str) -> list[dict[str, Any]]:
         """``mode``'s episode records as ``results.json`` holds them."""
@@ -243,7 +244,7 @@ class Results(BaseModel):
             return cls.model_validate(raw if version == RESULTS_FORMAT else _from_v1(raw))
         except (ValidationError, ValueError) as exc:
             named = f"format {version}" if version else "no format key"
-            detail = _first_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            detail = first_problem(exc) if isinstance(exc, ValidationError) else str(exc)
             raise ConfigError(f"{file}: not the results.json of this agentspec version ({named}; {RESULTS_FORMAT} "
                               f"expected; at {detail})") from exc
 
@@ -279,9 +280,3 @@ def _from_v1(raw: dict[str, Any]) -> dict[str, Any]:
     # The figures stay at the top too: a v1 summary's readers (a report's header) find them where they were.
     return {"config": {}, "summary": {**summary, "modes": {PLAIN: _task_times(mode, records)}},
             "episodes": {PLAIN: episodes}}
-
-
-def _first_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "top level"
-    return f"{where}: {first['msg']}"

@@ -178,6 +178,8 @@ class RunSpec(LoopSettings):
             raise ConfigError("modes sa and smc need --speculator-model (a model, or noisy-oracle:P with --agent oracle)")
         if self.resume and not self.out:
             raise ConfigError("--resume needs --out DIR (the run log lives there)")
+        if self.resume_uncertain != "stop" and not self.resume:
+            raise ConfigError(f"--resume-{self.resume_uncertain}-uncertain says how to resume: pass --resume too")
         if self.resume and self.overwrite:
             raise ConfigError("--resume continues the logged run, --overwrite discards it: pass one of them")
         if self.record and self.replay:
@@ -280,7 +282,7 @@ class RunSpec(LoopSettings):
 NOT_RESULTS = frozenset({
     "out", "resume", "overwrite", "progress", "concurrency", "cluster", "record", "replay", "runs", "modes", "data_dir",
     "task_ids", "split", "limit", "trials", "agent_base_url", "user_base_url", "speculator_base_url",
-    "speculator_hints", "save_speculator",
+    "speculator_hints", "save_speculator", "resume_uncertain",
 })
 """RunSpec fields that do not change a task's result: where output and models live, how the run is spread, which
 tasks run, whether the authority gets draft hints (a hint changes its speed, never its output; and None is only

@@ -59,7 +59,7 @@ import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Generic, Literal, Protocol, Self, TypeVar, runtime_checkable
 
 import anyio
 
@@ -151,8 +151,9 @@ class SnapshotBackend(Protocol):
 class Checkpointable(Protocol):
     """A backend whose live state lives in this process and can be written to the run log.
 
-    Backends without it keep their live state outside the process (a directory tree, a database file, the
-    world a function talks to): a resumed run adopts the logged steps and finds their effects already there.
+    Backends without it keep their live state outside the process (a scratch tree, a database file, the world a
+    function talks to): a resumed run replays the logged steps on a fresh one, or finds their effects already
+    there (:func:`resume_by`).
     """
 
     def checkpoint(self) -> dict[str, Any] | None:
@@ -162,6 +163,28 @@ class Checkpointable(Protocol):
     def restore_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Make a logged checkpoint the live state (a new token); ConfigError when it is not trusted data."""
         ...
+
+
+ResumeBy = Literal["checkpoint", "replay", "world"]
+"""How a resumed run gets back the live state a task's committed steps left (:func:`resume_by`):
+
+* ``checkpoint``: the run log holds it (the state lives in this process: :class:`Checkpointable`);
+* ``replay``: the environment is made afresh for every episode (a scratch tree, a container, an AppWorld world) and
+  answers deterministically, so the committed calls are run again on it, each checked against its logged answer;
+* ``world``: the state lives outside agentspec and outlives it (an MCP server, a database file the user named): the
+  committed effects are there already.
+
+A call a stopped run started and never confirmed (an intent without its commit) is harmless under the first two:
+the state it may have changed is gone.  Under ``world`` it may have happened: read-only and idempotent calls may
+run again, any other stops the resume unless the user says to retry it or to record it as not done."""
+
+
+def resume_by(backend: object) -> ResumeBy:
+    """How ``backend``'s live state comes back on resume (:data:`ResumeBy`): a backend declares ``replay`` with a
+    ``resume_by`` attribute; :class:`Checkpointable` ones resume from their checkpoint; every other is ``world``."""
+    if isinstance(backend, Checkpointable):
+        return "checkpoint"
+    return "replay" if getattr(backend, "resume_by", "world") == "replay" else "world"
 
 
 def check_descends(sandbox: Sandbox, live_token: str) -> None:
@@ -461,11 +484,19 @@ class InProcessSandbox(Branch[Environment]):
         return self.state
 
 
+def _adopted(live: Environment, state: Environment) -> Environment:
+    """``state`` made live: taken into ``live``'s own object where the environment can (a toolkit the user passed in
+    stays the live state: :meth:`agentspec.env.ToolkitEnvironment.adopt`), else ``state`` itself."""
+    adopt = getattr(live, "adopt", None)
+    return adopt(state) if adopt is not None and type(state) is type(live) else state
+
+
 class InProcessBackend(_EnvCalls, LineageBackend[Environment]):
     """The default backend for Python-state environments: forks are restored snapshots (copies).
 
     ``live`` is any :class:`agentspec.env.Environment`; a commit replaces it by
-    the sandbox's environment object, so the swap is atomic.
+    the sandbox's environment object (or, for an environment with ``adopt``, moves the sandbox's state into the
+    live object), so the swap is atomic.
     """
 
     kind = "in-process"
@@ -502,11 +533,11 @@ class InProcessBackend(_EnvCalls, LineageBackend[Environment]):
         return self.live.restore(ref)
 
     async def _promote(self, state: Environment, live: Environment) -> Environment:
-        return state
+        return _adopted(live, state)
 
     def checkpoint(self) -> dict[str, Any] | None:
         return encode_checkpoint(self.live)
 
     def restore_checkpoint(self, data: dict[str, Any]) -> None:
-        self.live = decode_checkpoint(self.live, data)
+        self.live = _adopted(self.live, decode_checkpoint(self.live, data))
         self.live_token = new_token()

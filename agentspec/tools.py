@@ -39,15 +39,24 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentspec.errors import ToolNotFound
+from agentspec.errors import ConfigError, ToolNotFound
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
 
 _TOOL_ATTR = "__agentspec_effect__"
 
 
 def tool(effect: Effect | str = Effect.MUTATING) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark a method (or plain function) as a tool with the given effect class."""
-    parsed = Effect.parse(effect)
+    """Mark a method (or plain function) as a tool with the given effect class: an :class:`Effect`, or one of their
+    exact names (``"read_only"``, ``"idempotent"``, ``"mutating"``, ``"external"``).  Anything else is a
+    :class:`ConfigError` where the tool is defined: a misspelt ``"readonly"`` would otherwise make the tool mutating
+    without a word (an effect read from data, an MCP annotation, still fails closed: :meth:`Effect.parse`)."""
+    if isinstance(effect, Effect):
+        parsed = effect
+    else:
+        names = [e.value for e in Effect]
+        if effect not in names:
+            raise ConfigError(f"@tool({effect!r}): not an effect; give an Effect or one of {', '.join(names)}")
+        parsed = Effect(effect)
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         setattr(fn, _TOOL_ATTR, parsed)

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from agentspec.bench.protocol import recording_at, solo_calls
-from agentspec.errors import ConfigError
+from agentspec.errors import ConfigError, first_problem
 from agentspec.results import PLAIN, Results, results_file
 from agentspec.runtime.recorded import Recording
 from agentspec.snapshot import SnapshotBackend
@@ -98,7 +98,7 @@ def read_results(path: str | Path, *, min_reward: float = 1.0) -> list[MinedTraj
             try:
                 messages = [Message.model_validate(m) for m in record.messages]
             except ValidationError as exc:
-                raise ConfigError(f"{source}: task {record.task_id}: malformed message: {exc.errors()[0]['msg']}") from exc
+                raise ConfigError(f"{source}: task {record.task_id}: malformed message: {first_problem(exc)}") from exc
             trajectory = trajectory_from_messages(record.task_id, messages, source)
             if trajectory.steps:
                 out.append(trajectory)

@@ -24,5 +24,6 @@ def out_dir(path: str | None) -> Path | None:
     out = Path(path)
     for parent in (out, *out.parents):
         if parent.exists() and not parent.is_dir():
-            raise ConfigError(f"--out {path}: {parent} is a file, not a folder")
+            where = f"{path}: {parent}" if parent != out else path  # the path once when it is the file
+            raise ConfigError(f"--out {where} is a file, not a folder")
     return out

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
-from agentspec.snapshot import Sandbox, Snapshot, SnapshotBackend, error_observation
+from agentspec.snapshot import ResumeBy, Sandbox, Snapshot, SnapshotBackend, error_observation, resume_by
 from agentspec.tools import Toolkit
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
 from agentspec.virtual_clock import RealTime
@@ -79,6 +79,11 @@ class BackendWrapper:
 
     def effect(self, name: str) -> Effect:
         return self.inner.effect(name)
+
+    @property
+    def resume_by(self) -> ResumeBy:
+        """How the inner backend's live state comes back on resume."""
+        return resume_by(self.inner)
 
     async def _forward(self, work: Awaitable[T]) -> T:
         """Await one piece of the inner backend's work (the hook for wrappers that change how it is awaited)."""

@@ -76,6 +76,14 @@ def _wait_for_sidecars(timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+def _load_cost(path: Path) -> Any:
+    """A forward cost table written by ``--save-cost``."""
+    from agentspec.decoding.budget import ForwardCost
+
+    table = json.loads(path.read_text())
+    return ForwardCost(tuple(table["sizes"]), tuple(table["costs"]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", action="append", help="BFCL question file (JSON lines); repeatable; "
@@ -86,8 +94,11 @@ def main() -> None:
     parser.add_argument("--decoders", default=",".join(DECODERS))
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--budget", type=int, default=64, help="tree nodes per forward at most")
-    parser.add_argument("--cost", choices=["measure", "default"], default="measure",
-                        help="forward cost by tree size: measured here at start (a few seconds) or the default table")
+    parser.add_argument("--cost", default="measure", metavar="measure|default|FILE",
+                        help="forward cost by tree size: measured here at start (a few seconds; it follows the "
+                        "machine's load, and the tree budget with it), the default table, or a table saved with "
+                        "--save-cost (the same figure again on the same machine)")
+    parser.add_argument("--save-cost", metavar="FILE", help="write the forward cost table used, as JSON")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args()
 
@@ -122,7 +133,10 @@ def main() -> None:
     log(f"bfcl_speed: {len(questions)} questions, model {args.model}, decoders {', '.join(decoders)}, "
         f"{torch.get_num_threads()} threads")
 
-    cost = measure_cost(lm) if args.cost == "measure" else DEFAULT_COST
+    cost = measure_cost(lm) if args.cost == "measure" else DEFAULT_COST if args.cost == "default" else \
+        _load_cost(Path(args.cost))
+    if args.save_cost:
+        Path(args.save_cost).write_text(json.dumps({"sizes": cost.sizes, "costs": cost.costs}) + "\n")
     log(f"bfcl_speed: forward cost by tree size {dict(zip(cost.sizes, cost.costs))}")
     history, history2 = CallHistory(), CallHistory()
     sidecar = Sidecar(load_model(resolve(args.sidecar_model))) if "toolspec+sidecar" in decoders else None

@@ -23,7 +23,7 @@ KEYS = ["reward_mean", "mean_task_wall_s", "p50_wall_s", "p95_wall_s", "authorit
 
 
 def run(p: float, args: argparse.Namespace) -> dict:
-    argv = ["run", "--bench", "tau2-telecom", "--split", args.split, "--solo", "--agent", "oracle", "--mode", "sequential,sa,smc",
+    argv = ["run", "--json", "--bench", "tau2-telecom", "--split", args.split, "--solo", "--agent", "oracle", "--mode", "sequential,sa,smc",
             "--speculator-model", f"noisy-oracle:{p}", "--latency-model", "smc-paper", "--no-progress"]
     if args.data_dir:
         argv += ["--data-dir", args.data_dir]

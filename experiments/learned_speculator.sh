@@ -17,7 +17,7 @@ $A speculator score --bench tau2-telecom --split train --folds 5 --lookahead $D 
 # Virtual clock, oracle authority, the learned speculator (look-ahead on), shipped macros; --spec-width 1 and 3.
 for split in test small; do
   for width in 1 3; do
-    $A run --bench tau2-telecom --split $split $RUN --mode sequential,sa,smc --spec-width $width \
+    $A run --json --bench tau2-telecom --split $split $RUN --mode sequential,sa,smc --spec-width $width \
       --out $OUT/run-$split-w$width --overwrite | tail -1 > $OUT/run-$split-w$width.json
   done
 done
@@ -29,17 +29,17 @@ $A mine --bench tau2-telecom --split train --speculator-model learned:runs/spec.
   --out runs/macros-learned-tau03.json --no-progress | tail -1 > $OUT/mine-tau03.json
 for split in test small; do
   for width in 1 3; do
-    $A run --bench tau2-telecom --split $split $RUN --mode smc --spec-width $width --macros runs/macros-learned.json \
+    $A run --json --bench tau2-telecom --split $split $RUN --mode smc --spec-width $width --macros runs/macros-learned.json \
       --out $OUT/run-$split-w$width-learned-macros --overwrite | tail -1 > $OUT/run-$split-w$width-learned-macros.json
   done
 done
-$A run --bench tau2-telecom --split test $RUN --mode smc --macros runs/macros-learned-tau03.json \
+$A run --json --bench tau2-telecom --split test $RUN --mode smc --macros runs/macros-learned-tau03.json \
   --out $OUT/run-test-w1-learned-macros-tau03 --overwrite | tail -1 > $OUT/run-test-w1-learned-macros-tau03.json
 # The look-ahead cap: 13 calls, the fit's first-level probes (no chained batch), scored and run.
 $A speculator fit --bench tau2-telecom --split train $D --lookahead-cap 13 --out runs/spec-cap13.json | tail -1 > $OUT/fit-cap13.json
 $A speculator score --bench tau2-telecom --split test --speculator runs/spec-cap13.json --lookahead $D | tail -1 > $OUT/score-test-cap13.json
-$A run --bench tau2-telecom --split test $BASE --mode sequential,sa,smc --speculator-model learned:runs/spec-cap13.json \
+$A run --json --bench tau2-telecom --split test $BASE --mode sequential,sa,smc --speculator-model learned:runs/spec-cap13.json \
   --out $OUT/run-test-w1-cap13 --overwrite | tail -1 > $OUT/run-test-w1-cap13.json
 # Learning online: the same test run with --learn-online (each mode learns from the file afresh).
-$A run --bench tau2-telecom --split test $RUN --mode sa --learn-online --save-speculator runs/spec-online.json \
+$A run --json --bench tau2-telecom --split test $RUN --mode sa --learn-online --save-speculator runs/spec-online.json \
   --out $OUT/run-test-online --overwrite | tail -1 > $OUT/run-test-online.json

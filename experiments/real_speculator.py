@@ -43,7 +43,7 @@ KEYS = ["reward_mean", "mean_task_wall_s", "p95_wall_s", "authority_calls", "aut
 def agentspec_run(argv: list[str]) -> dict[str, Any]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = cli(["run", "--bench", "tau2-telecom", "--solo", "--no-progress", *argv])
+        code = cli(["run", "--json", "--bench", "tau2-telecom", "--solo", "--no-progress", *argv])
     if code != 0:
         raise SystemExit(f"agentspec run {' '.join(argv)} failed ({code})")
     return json.loads(out.getvalue().strip().splitlines()[-1])

@@ -76,7 +76,7 @@ def measure(recording: str, others: list[str], data_dir: str, work: Path, *, tas
     for label, model, width in (("learned", f"learned:{running}", 1), ("learned-top3", f"learned:{running}", 3),
                                 ("ceiling", "noisy-oracle:1.0", 1)):
         for tools in TOOL_LATENCIES:
-            summary = agentspec("run", "--bench", "tau2-telecom", "--agent", "replay", "--runs", recording, *ids,
+            summary = agentspec("run", "--json", "--bench", "tau2-telecom", "--agent", "replay", "--runs", recording, *ids,
                                 "--mode", ",".join(MODES), "--speculator-model", model, "--spec-width", str(width),
                                 "--macros", str(macros),
                                 "--latency-model", "recorded", "--tool-latency", str(tools), *data,

@@ -45,7 +45,7 @@ def _data(args: argparse.Namespace) -> list[str]:
 
 
 def run(seed: int, library: str, args: argparse.Namespace) -> dict[str, Any]:
-    argv = ["run", "--bench", "tau2-telecom", "--split", args.split, "--solo", "--agent", "oracle", "--mode", "sequential,sa,smc",
+    argv = ["run", "--json", "--bench", "tau2-telecom", "--split", args.split, "--solo", "--agent", "oracle", "--mode", "sequential,sa,smc",
             "--speculator-model", f"noisy-oracle:{args.p}", "--latency-model", "smc-paper", "--macros", library,
             "--seed", str(seed), "--macro-commit", args.macro_commit, "--no-progress", *_data(args)]
     if args.verify:

@@ -9,9 +9,9 @@ for speculator in noisy-oracle:0.8 learned:runs/spec.json; do
   # the learned speculator is fitted on train, which base contains: test only
   splits="base test"; [ "$name" = learned ] && splits="test"
   for split in $splits; do
-    $A run $RUN --split $split --speculator-model $speculator --mode sequential,sa,smc --macro-commit trusted \
+    $A run --json $RUN --split $split --speculator-model $speculator --mode sequential,sa,smc --macro-commit trusted \
       | tail -1 > $OUT/$name-$split-trusted.json
-    $A run $RUN --split $split --speculator-model $speculator --mode smc --macro-commit verified \
+    $A run --json $RUN --split $split --speculator-model $speculator --mode smc --macro-commit verified \
       | tail -1 > $OUT/$name-$split-verified.json
   done
 done

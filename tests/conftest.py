@@ -1,7 +1,10 @@
-"""Shared fixtures: the real tau2 data and recorded runs beside the checkout, and one bench per session."""
+"""Shared fixtures: the real tau2 data and recorded runs beside the checkout, and one bench per session; runs
+without ``--out`` keep their results in a temporary folder, never in the checkout."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,20 @@ from sandbox_support import dev_image, docker_client  # noqa: F401 - the Docker 
 
 REPO = Path(__file__).resolve().parents[1]
 TAU2_DIR = REPO.parent / "shared" / "data" / "tau2"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_runs_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``$AGENTSPEC_RUNS`` for the whole session (and the commands it starts): where ``agentspec run`` without
+    ``--out`` writes its results folder, instead of ``./runs`` in the checkout."""
+    folder = tmp_path_factory.mktemp("runs")
+    before = os.environ.get("AGENTSPEC_RUNS")
+    os.environ["AGENTSPEC_RUNS"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("AGENTSPEC_RUNS", None)
+    else:
+        os.environ["AGENTSPEC_RUNS"] = before
 
 
 @pytest.fixture(scope="session")

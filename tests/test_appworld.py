@@ -235,7 +235,7 @@ def test_the_command_line_sets_up_runs_and_reports_tgc_and_sgc(fixture_root: Pat
     assert main(["bench", "setup", "appworld"]) == 0
     setup = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert setup["appworld_version"] == venv["appworld_version"] and setup["created"] is False  # idempotent
-    code = main(["run", "--bench", "appworld", "--data-dir", str(fixture_root), "--bench-option",
+    code = main(["run", "--json", "--bench", "appworld", "--data-dir", str(fixture_root), "--bench-option",
                  f"python={venv['python']}", "--agent", "oracle", "--mode", "sequential", "--task-ids",
                  "agspecaddr_1,agspecaddr_2", "--no-progress"])
     captured = capsys.readouterr()
@@ -264,7 +264,7 @@ def test_a_model_agent_plays_through_an_openai_compatible_endpoint(bench: AppWor
         return {"tool_calls": [{"name": call.name, "arguments": call.arguments}], "delay_s": delay}
 
     with ScriptedOpenAIServer(responder, models=("agent", "speculator")) as srv:
-        code = main(["run", "--bench", "appworld", "--data-dir", str(fixture_root), "--bench-option",
+        code = main(["run", "--json", "--bench", "appworld", "--data-dir", str(fixture_root), "--bench-option",
                      f"python={venv['python']}", "--task-ids", "agspecnote_1", "--mode", "sequential,sa",
                      "--agent-model", f"{srv.base_url}#agent", "--speculator-model", f"{srv.base_url}#speculator",
                      "--no-progress"])
@@ -273,3 +273,27 @@ def test_a_model_agent_plays_through_an_openai_compatible_endpoint(bench: AppWor
     modes = json.loads(captured.out.strip().splitlines()[-1])["modes"]
     assert modes["sequential"]["tgc"] == 100.0 and modes["sa"]["tgc"] == 100.0
     assert modes["sa"]["commits_sa"] > 0  # the speculator's drafts ran in forks of the engine and were committed
+
+
+def test_a_resumed_episode_keeps_the_notes_its_first_life_made(fixture_root: Path, venv: dict, tmp_path: Path,
+                                                                capsys) -> None:
+    """A kill -9 just after the ``create_note`` commit (the log cut there), then ``--resume``: the resumed episode's
+    fresh world runs the committed calls again before the agent goes on, so the task still passes (TGC 100; it
+    was 66.7 when the fresh world was taken as it was)."""
+    from agentspec.cli import main
+
+    common = ["run", "--json", "--bench", "appworld", "--data-dir", str(fixture_root), "--bench-option",
+              f"python={venv['python']}", "--agent", "oracle", "--mode", "sequential", "--task-ids", "agspecnote_1",
+              "--no-progress"]
+    full = tmp_path / "full"
+    assert main([*common, "--out", str(full)]) == 0, capsys.readouterr().err
+    lines = (full / "run-sequential.log.jsonl").read_text().splitlines(keepends=True)
+    created = next(i for i, line in enumerate(lines) if '"type":"commit"' in line
+                   and "create_note" in lines[i - 1])
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "run-sequential.log.jsonl").write_text("".join(lines[:created + 1]))
+    capsys.readouterr()
+    assert main([*common, "--out", str(cut), "--resume"]) == 0, capsys.readouterr().err
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["modes"]["sequential"]
+    assert figures["tgc"] == 100.0

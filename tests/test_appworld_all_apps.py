@@ -79,7 +79,7 @@ def test_the_bench_says_so_once(root: Path, venv: dict, capsys: pytest.CaptureFi
 def test_a_run_says_so_and_records_it(root: Path, venv: dict, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
-    code = main(["run", "--bench", "appworld", "--data-dir", str(root), "--bench-option", f"python={venv['python']}",
+    code = main(["run", "--json", "--bench", "appworld", "--data-dir", str(root), "--bench-option", f"python={venv['python']}",
                  "--agent", "oracle", "--task-ids", WIDE, "--no-progress", "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err

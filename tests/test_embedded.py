@@ -60,7 +60,7 @@ def test_llm_run_without_endpoints_serves_local_models(tau2_dir: Path, tmp_path:
     monkeypatch.setattr(embedded, "embedded_server", functools.partial(embedded_server, max_tokens=8))
     for variable in ("AGENTSPEC_AGENT_MODEL", "AGENTSPEC_AGENT_BASE_URL", "AGENTSPEC_USER_MODEL", "AGENTSPEC_USER_BASE_URL"):
         monkeypatch.delenv(variable, raising=False)
-    code = main(["run", "--bench", "tau2-telecom", "--agent", "llm", "--task-ids", TASK, "--max-steps", "4",
+    code = main(["run", "--json", "--bench", "tau2-telecom", "--agent", "llm", "--task-ids", TASK, "--max-steps", "4",
                  "--data-dir", str(tau2_dir), "--out", str(tmp_path / "out"), "--no-progress"])
     captured = capsys.readouterr()
     assert code == 0, captured.err

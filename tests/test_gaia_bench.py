@@ -16,7 +16,7 @@ FIXTURES = Path(__file__).resolve().parent / "data" / "gaia-format"
 
 
 def run(capsys, *argv):
-    code = main(["run", "--bench", "gaia", "--data-dir", str(FIXTURES), "--no-progress", *argv])
+    code = main(["run", "--json", "--bench", "gaia", "--data-dir", str(FIXTURES), "--no-progress", *argv])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return json.loads(captured.out.strip().splitlines()[-1])

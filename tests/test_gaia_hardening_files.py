@@ -70,7 +70,7 @@ def test_a_docx_whose_xml_expands_past_the_cap_is_refused_before_parsing(tmp_pat
     path = write_docx(tmp_path / "bomb.docx", (empty for _ in range(90)), level=9)  # 54 MB of XML
     assert path.stat().st_size < 200_000
     started = time.monotonic()
-    with pytest.raises(FileReadError, match=r"bomb.docx: its XML expands to 5\d MB, more than the 50 MB"):
+    with pytest.raises(FileReadError, match=r"bomb.docx: its parts expand to 5\d MB, more than the 50 MB"):
         read_file(path)
     assert time.monotonic() - started < 1.0
 
@@ -126,7 +126,7 @@ def test_the_office_cap_holds_for_xlsx_and_pptx_too(tmp_path: Path, monkeypatch:
     assert "apples | 3" in read_file(tmp_path / "book.xlsx") and "Flurbs" in read_file(tmp_path / "deck.pptx")
     monkeypatch.setattr(files, "OFFICE_MAX_BYTES", 1_000)
     for name in ("book.xlsx", "deck.pptx"):
-        with pytest.raises(FileReadError, match=f"{name}: its XML expands to .* more than"):
+        with pytest.raises(FileReadError, match=f"{name}: its parts expand to .* more than"):
             read_file(tmp_path / name)
 
 

@@ -126,7 +126,7 @@ def test_a_model_agent_answers_with_done_or_a_final_answer_line(capsys, tmp_path
         return {"content": f"The program printed it.\nFINAL ANSWER: {tools[-1].strip()}"}
 
     with ScriptedOpenAIServer(responder, models=("agent",)) as srv:
-        code = main(["run", "--bench", "gaia", "--data-dir", str(FIXTURES), "--backend", "overlay", "--no-progress",
+        code = main(["run", "--json", "--bench", "gaia", "--data-dir", str(FIXTURES), "--backend", "overlay", "--no-progress",
                      "--task-ids", "ours-0009,ours-0012", "--mode", "sequential,sa", "--agent-model",
                      f"{srv.base_url}#agent", "--speculator-model", f"{srv.base_url}#agent", "--out", str(tmp_path)])
     captured = capsys.readouterr()
@@ -147,7 +147,7 @@ def test_macros_mined_on_the_questions_drive_smc(capsys, tmp_path):
                  "validation", "--speculator-model", "noisy-oracle:0.9", "--out", str(library), "--no-progress"])
     mined = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0 and mined["trajectories"]["gold"] == 12 and mined["funnel"]["kept"] >= 1
-    code = main(["run", "--bench", "gaia", "--data-dir", str(FIXTURES), "--backend", "overlay", "--agent", "oracle",
+    code = main(["run", "--json", "--bench", "gaia", "--data-dir", str(FIXTURES), "--backend", "overlay", "--agent", "oracle",
                  "--mode", "smc", "--speculator-model", "noisy-oracle:0.8", "--macros", str(library),
                  "--latency-model", "smc-paper", "--no-progress"])
     smc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["modes"]["smc"]

@@ -54,7 +54,7 @@ class SharedMachine:
 
 def run(capsys, machine: SharedMachine, tau2_dir, *flags: str) -> dict:
     with ScriptedOpenAIServer(machine, models=("authority", "speculator")) as srv:
-        code = main(["run", "--bench", "tau2-telecom", "--task-ids", AIRPLANE, "--solo", "--mode", "sequential,sa",
+        code = main(["run", "--json", "--bench", "tau2-telecom", "--task-ids", AIRPLANE, "--solo", "--mode", "sequential,sa",
                      "--agent-model", f"{srv.base_url}#authority", "--speculator-model", f"{srv.base_url}#speculator",
                      "--data-dir", str(tau2_dir), "--no-progress", *flags])
     out = capsys.readouterr().out

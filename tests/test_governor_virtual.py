@@ -9,7 +9,7 @@ from agentspec.cli import main
 
 
 def run(capsys, *argv):
-    code = main(["run", "--bench", "tau2-telecom", "--no-progress", *argv])
+    code = main(["run", "--json", "--bench", "tau2-telecom", "--no-progress", *argv])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return json.loads(captured.out.strip().splitlines()[-1])

@@ -92,7 +92,7 @@ def data_dir(harness: Harness, request: pytest.FixtureRequest) -> tuple[str, ...
 
 def run(capsys: pytest.CaptureFixture[str], harness: Harness, request: pytest.FixtureRequest,
         *argv: str) -> dict[str, Any]:
-    code = main(["run", *harness.argv, *data_dir(harness, request), "--agent-model", AGENT, "--max-steps", "20",
+    code = main(["run", "--json", *harness.argv, *data_dir(harness, request), "--agent-model", AGENT, "--max-steps", "20",
                  "--no-progress", *argv])
     captured = capsys.readouterr()
     assert code == 0, captured.err

@@ -127,7 +127,7 @@ def test_the_executor_hands_a_late_guess_to_the_running_authority_request(tau2_d
         return reply
 
     with ScriptedOpenAIServer(responder, models=("authority", "speculator")) as srv:
-        code = main(["run", "--no-progress", "--bench", "tau2-telecom", "--task-ids",
+        code = main(["run", "--json", "--no-progress", "--bench", "tau2-telecom", "--task-ids",
                      "[service_issue]break_apn_settings[PERSONA:None]", "--solo", "--mode", "sequential,sa",
                      "--agent-model", f"{srv.base_url}#authority", "--speculator-model", f"{srv.base_url}#speculator",
                      "--speculator-hints", "--data-dir", str(tau2_dir)])
@@ -160,7 +160,7 @@ def test_draft_first_waits_for_the_guess_and_sends_it_with_the_request(tau2_dir,
         return {"tool_calls": [{"name": plan[min(made, 2)], "arguments": {}}], "delay_s": delay}
 
     with ScriptedOpenAIServer(responder, models=("authority", "speculator")) as srv:
-        code = main(["run", "--no-progress", "--bench", "tau2-telecom", "--task-ids",
+        code = main(["run", "--json", "--no-progress", "--bench", "tau2-telecom", "--task-ids",
                      "[service_issue]break_apn_settings[PERSONA:None]", "--solo", "--mode", "sa",
                      "--depth", "2", "--draft-first", "--agent-model", f"{srv.base_url}#authority",
                      "--speculator-model", f"{srv.base_url}#speculator", "--speculator-hints",

@@ -172,7 +172,7 @@ def _gguf_or_none() -> Path | None:
 
 needs_llama = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None,
-    reason="llama-cpp-python is not installed (pip install 'agentspec[llama]'; see README, 'llama.cpp')",
+    reason="llama-cpp-python is not installed (pip install 'agentspec[llama]'; see docs/serving.md, 'llama.cpp')",
 )
 needs_gguf = pytest.mark.skipif(
     _gguf_or_none() is None, reason=f"the {MODEL} GGUF is not pulled (agentspec models pull {MODEL})"
@@ -285,7 +285,7 @@ def test_a_tau2_solo_episode_with_llama_cpp_as_the_speculator(
     ``--record`` makes the speculator predict before each authority decision, so
     the real model is asked on every step however fast the oracle is.
     """
-    code = main(["run", "--no-progress", "--bench", "tau2-telecom", "--solo", "--split", "test", "--limit", "1",
+    code = main(["run", "--json", "--no-progress", "--bench", "tau2-telecom", "--solo", "--split", "test", "--limit", "1",
                  "--agent", "oracle", "--speculator-model", f"{llama_server}#{MODEL}", "--mode", "sa",
                  "--depth", "1", "--max-steps", "6", "--record", str(tmp_path / "rec"),
                  "--data-dir", str(tau2_dir), "--out", str(tmp_path / "out")])
@@ -308,8 +308,8 @@ def test_llama_cpp_as_the_authority_in_every_mode(llama_server: str, tmp_path: P
     spork: every mode runs to the end and makes the same calls (greedy decoding; speculation changes timing only).
 
     SPORK runs but cannot overlap here: llama-cpp-python serves one request at a time, so a probe waits for the
-    authority's answer to end (README, "llama.cpp")."""
-    code = main(["run", "--no-progress", "--bench", "workspace-demo", "--task-ids", "ws-fix-add", "--backend",
+    authority's answer to end (docs/serving.md, "llama.cpp")."""
+    code = main(["run", "--json", "--no-progress", "--bench", "workspace-demo", "--task-ids", "ws-fix-add", "--backend",
                  "overlay", "--agent-model", f"{llama_server}#{MODEL}", "--speculator-model", f"{llama_server}#{MODEL}",
                  "--mode", "sequential,sa,spork", "--max-steps", "7", "--out", str(tmp_path)])
     captured = capsys.readouterr()

@@ -52,7 +52,7 @@ def responder(request):
 
 
 def run_cli(capsys, tau2_dir, tmp_path, *extra):
-    code = main(["run", "--bench", "tau2-telecom", "--task-ids", TASK, "--data-dir", str(tau2_dir),
+    code = main(["run", "--json", "--bench", "tau2-telecom", "--task-ids", TASK, "--data-dir", str(tau2_dir),
                  "--out", str(tmp_path), "--no-progress", *extra])
     captured = capsys.readouterr()
     return code, captured

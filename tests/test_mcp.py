@@ -32,9 +32,8 @@ def test_stdio_notes_server_tools_effects_and_state(tmp_path):
     async def main() -> None:
         async with MCPToolkit.stdio("python", NOTES, str(tmp_path)) as tools:
             effects = {spec.name: spec.effect for spec in tools.tool_specs()}
-            # Read-only tools are speculated; the additive one and the unannotated one change state agentspec
-            # cannot fork: external, never run speculatively.
-            assert effects == {"list_notes": Effect.READ_ONLY, "read_note": Effect.READ_ONLY,
+            # Annotations are the server's word: untrusted, every tool is external, never run speculatively.
+            assert effects == {"list_notes": Effect.EXTERNAL, "read_note": Effect.EXTERNAL,
                                "add_note": Effect.EXTERNAL, "delete_note": Effect.EXTERNAL}
             assert (await tools.execute(call("add_note", text="buy milk"))).content == "saved note note-1"
             assert (await tools.execute(call("list_notes"))).content == "note-1: buy milk"
@@ -68,7 +67,7 @@ def test_streamable_http_server(tmp_path):
                 time.sleep(0.1)
 
         async def main() -> None:
-            async with MCPToolkit.http(f"http://127.0.0.1:{port}/mcp") as tools:
+            async with MCPToolkit.http(f"http://127.0.0.1:{port}/mcp", trust_annotations=True) as tools:
                 assert tools.effect("list_notes") is Effect.READ_ONLY and tools.effect("delete_note") is Effect.EXTERNAL
                 await tools.execute(call("add_note", text="over http", name="web"))
                 assert (await tools.execute(call("read_note", name="web"))).content == "over http"
@@ -157,12 +156,17 @@ def test_read_only_tools_are_speculated_and_unannotated_ones_never(tmp_path):
     speculator = _Guesses([call("list_notes"), call("delete_note", name="keep"), call("read_note", name="keep")])
 
     async def main():
-        async with MCPToolkit.stdio("python", NOTES, str(tmp_path)) as tools:
+        async with MCPToolkit.stdio("python", NOTES, str(tmp_path), trust_annotations=True) as tools:
+            # Trusted: the readOnlyHint tools are read-only; the additive and the unannotated ones stay external.
+            assert {spec.name: spec.effect for spec in tools.tool_specs()} == {
+                "list_notes": Effect.READ_ONLY, "read_note": Effect.READ_ONLY,
+                "add_note": Effect.EXTERNAL, "delete_note": Effect.EXTERNAL}
             return await Executor(tools, authority=authority, speculator=speculator, mode="sa").run("read my notes")
 
     result = anyio.run(main)
     assert [step.call.name for step in result.steps] == ["list_notes", "read_note"]
     assert result.steps[0].source != "authority"  # the read-only call was answered from the speculator's fork
+    assert all(step.observation.isolation == "trusted-annotations" for step in result.steps)
     assert result.steps[0].observation.content == "keep: precious"
     assert (tmp_path / "keep.note").read_text() == "precious"
     assert result.answer == "1 note"

@@ -1,13 +1,11 @@
-"""``agentspec run --bench mcp`` end to end, with a scripted OpenAI-compatible endpoint as the agent, and the
-README's MCP example."""
+"""``agentspec run --bench mcp`` end to end, with a scripted OpenAI-compatible endpoint as the agent (the MCP example
+of docs/api.md runs in tests/test_readme_example.py)."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-import pytest
 from scripted_openai_server import ScriptedOpenAIServer
 from test_mcp import NOTES
 
@@ -33,7 +31,7 @@ def responder(request):
 def test_cli_runs_the_mcp_bench_end_to_end(tmp_path, capsys):
     notes, out = tmp_path / "notes", tmp_path / "out"
     with ScriptedOpenAIServer(responder, models=("authority",)) as srv:
-        code = main(["run", "--bench", "mcp", "--mcp", f"python {NOTES} {notes}",
+        code = main(["run", "--json", "--bench", "mcp", "--mcp", f"python {NOTES} {notes}",
                      "--task", "Write down 'buy milk', then tell me how many notes there are.",
                      "--agent-model", f"{srv.base_url}#authority", "--out", str(out), "--no-progress"])
         requests = list(srv.requests)
@@ -56,24 +54,3 @@ def test_mcp_flags_are_checked(tmp_path, capsys):
     assert main(["run", "--bench", "mcp", "--mcp", f"python {NOTES} {tmp_path}", "--agent", "oracle",
                  "--no-progress"]) != 0
     assert "--task TEXT or --tasks FILE.jsonl" in capsys.readouterr().err
-
-
-def _readme_mcp_example() -> str | None:
-    match = re.search(r"<!-- example: mcp -->\s*```python\n(.*?)```", (REPO / "README.md").read_text("utf-8"), re.S)
-    return match.group(1) if match else None
-
-
-def test_readme_mcp_example_runs(monkeypatch, capsys):
-    code = _readme_mcp_example()
-    if code is None:
-        pytest.skip("README.md has no `mcp` example yet")
-    monkeypatch.chdir(REPO)  # the example starts tests/servers/notes_server.py by its relative path
-    with ScriptedOpenAIServer(responder, models=("authority", "speculator")) as srv:
-        monkeypatch.setenv("AGENTSPEC_AGENT_BASE_URL", srv.base_url)
-        monkeypatch.setenv("AGENTSPEC_AGENT_MODEL", "authority")
-        monkeypatch.setenv("AGENTSPEC_SPECULATOR_BASE_URL", srv.base_url)
-        monkeypatch.setenv("AGENTSPEC_SPECULATOR_MODEL", "speculator")
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme_mcp_example"})
-    out = capsys.readouterr().out.strip()
-    assert out == "1 note ['authority', 'sa']"
-    assert f"It prints `{out}`" in (REPO / "README.md").read_text(encoding="utf-8")

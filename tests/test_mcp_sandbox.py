@@ -78,7 +78,7 @@ def test_cli_sandboxed_server_commits_speculated_writes(tmp_path, capsys):
             {"name": "list_notes", "arguments": {}}, {"name": "done", "arguments": {"answer": "no notes"}}]
     tasks.write_text(json.dumps({"id": "milk", "task": "Write down 'buy milk', then delete it.", "answer": "no notes",
                                  "gold": gold}) + "\n")
-    code = main(["run", "--bench", "mcp", "--mcp", f"python {NOTES}", "--mcp-sandbox", "overlay", "--tasks", str(tasks),
+    code = main(["run", "--json", "--bench", "mcp", "--mcp", f"python {NOTES}", "--mcp-sandbox", "overlay", "--tasks", str(tasks),
                  "--agent", "oracle", "--mode", "sa", "--speculator-model", "noisy-oracle:1.0", "--no-progress",
                  "--latency-model", "smc-paper"])  # simulated model time (trio's virtual clock), real server time
     captured = capsys.readouterr()

@@ -18,10 +18,10 @@ from agentspec.macros import Macro, MacroLibrary, MacroStep, lower_bound
 from agentspec.mining.candidates import Candidate, enumerate_candidates, graph_statistics, transition_graph
 from agentspec.mining.filter import FilterConfig, macro_score, select
 from agentspec.mining.labelling import Label, ReplaySandboxes, label_candidates, sample_continuations, training_states
-from agentspec.mining.normalize import Normalizer, patterns_from_table
-from agentspec.mining.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_results
+from agentspec.normalize import Normalizer, patterns_from_table
 from agentspec.runtime.policies import Decision, History, gold_pointer
 from agentspec.snapshot import InProcessBackend, Snapshot
+from agentspec.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_results
 from agentspec.types import Effect, Observation, ToolCall, ToolSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -519,7 +519,7 @@ def test_shipped_library_is_the_readme_mine_command_output():
 
 
 def test_the_shipped_library_commits_macros_on_the_test_split_and_keeps_reward(tau2_dir, capsys):
-    code = main(["run", "--bench", "tau2-telecom", "--split", "test", "--solo", "--agent", "oracle", "--mode", "sequential,sa,smc",
+    code = main(["run", "--json", "--bench", "tau2-telecom", "--split", "test", "--solo", "--agent", "oracle", "--mode", "sequential,sa,smc",
                  "--speculator-model", "noisy-oracle:0.8", "--latency-model", "smc-paper", "--macros", str(SHIPPED),
                  "--data-dir", str(tau2_dir), "--no-progress"])
     out = capsys.readouterr().out

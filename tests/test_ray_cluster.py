@@ -390,6 +390,49 @@ def test_a_merge_cut_short_is_merged_again_without_changing_what_the_log_says(ta
     assert merged[key].result == expected[key].result and merged[key].steps == expected[key].steps
 
 
+def test_a_part_merged_whole_before_the_driver_stopped_is_not_merged_again(tau2_dir: Path, tmp_path: Path) -> None:
+    """The kill campaign's finding: a driver killed between appending a finished part and deleting it left the part;
+    the resume merged it again (its steps committed twice, the task finished twice in the log)."""
+    from agentspec.cluster.parts import merge_finished, part_path
+    from agentspec.runtime.runlog import RunLog
+
+    run(RunSpec.of(**{**BASE, "limit": 1}, data_dir=str(tau2_dir), out=str(tmp_path / "one")))
+    whole = tmp_path / "one" / "run-sa.log.jsonl"
+    (key,) = RunLog.read(whole)
+    part = part_path(tmp_path, "sa", key)
+    part.parent.mkdir(parents=True)
+    shutil.copy(whole, part)
+    log = tmp_path / "run-sa.log.jsonl"
+    shutil.copy(whole, log)  # the part is in the log whole: the driver died before it deleted the part
+    before = log.read_text()
+
+    assert merge_finished(tmp_path, "sa", log) == 1
+    assert not part.exists() and log.read_text() == before
+
+
+def test_a_resume_whose_first_life_left_no_header_starts_the_log_with_the_runs_settings(tmp_path: Path) -> None:
+    """A driver killed before its log's header was written (then resumed, and killed again) left parts merged under
+    a header that recorded no settings, which the next resume refused; the resume now writes the header first."""
+    from agentspec.batch import ModeRun, log_config
+    from agentspec.cluster.parts import merge_part
+    from agentspec.cluster.ray_episodes import _prepare_log
+    from agentspec.runtime.runlog import RunLog
+
+    spec = RunSpec.of(agent="oracle", out=str(tmp_path), resume=True)
+    mode = spec.modes[0]
+    path = tmp_path / f"run-{mode.name}.log.jsonl"
+    path.write_text('{"type":"lo')  # killed while it wrote its header
+    batch = ModeRun(spec, mode, bench=None)  # type: ignore[arg-type]  # the log check never asks the bench
+    assert _prepare_log(batch, []) == {}
+    part = tmp_path / "part.jsonl"  # a task of the resumed run finishes on a worker; the driver merges its part
+    done = RunLog(part)
+    done.finish("t1#0", {"reward": 1.0})
+    done.close()
+    merge_part(part, path)
+    assert RunLog.read(path, log_config(spec, mode))["t1#0"].result == {"reward": 1.0}  # under this run's settings
+    assert _prepare_log(batch, [])["t1#0"].result == {"reward": 1.0}  # the next resume takes it
+
+
 @dataclasses.dataclass(frozen=True)
 class _Task:
     id: str

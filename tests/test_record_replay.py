@@ -16,7 +16,7 @@ GOLD = ["reset_apn_settings", "reboot_device"]
 
 
 def run(capsys, *argv):
-    code = main(["run", "--bench", "tau2-telecom", "--no-progress", *argv])
+    code = main(["run", "--json", "--bench", "tau2-telecom", "--no-progress", *argv])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return json.loads(captured.out.strip().splitlines()[-1])

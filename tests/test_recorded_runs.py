@@ -133,7 +133,7 @@ def test_the_recorded_clock_needs_every_timestamp(tau2_dir: Path, traces_dir: Pa
         del doc["simulations"][0]["messages"][3]["timestamp"]
 
     path = _edited(traces_dir, tmp_path, DEFAULT, untimed)
-    base = ["run", "--bench", "tau2-telecom", "--agent", "replay", "--runs", str(path), "--data-dir", str(tau2_dir),
+    base = ["run", "--json", "--bench", "tau2-telecom", "--agent", "replay", "--runs", str(path), "--data-dir", str(tau2_dir),
             "--no-progress"]
     code, summary, _ = cli(capsys, *base)  # no clock needed: it plays
     assert code == 0 and summary is not None and summary["modes"]["sequential"]["episodes"] == 2

@@ -136,7 +136,7 @@ def test_report_refers_to_nothing_outside_the_file(modes_run: Path) -> None:
 def test_report_compares_runs_and_reads_a_plain_run(modes_run: Path, tau2_dir: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     plain = tmp_path / "plain"
-    code, summary, _ = _run(["run", "--bench", "tau2-telecom", "--split", "test", "--limit", "2", "--agent", "oracle",
+    code, summary, _ = _run(["run", "--json", "--bench", "tau2-telecom", "--split", "test", "--limit", "2", "--agent", "oracle",
                              "--data-dir", str(tau2_dir), "--out", str(plain), "--report", "--no-progress"], capsys)
     assert code == 0 and summary is not None and Path(summary["report"]).is_file()
     assert json.loads((plain / "results.json").read_text(encoding="utf-8"))["format"] == RESULTS_FORMAT
@@ -224,10 +224,25 @@ def test_a_results_file_without_format_in_the_current_shape_is_read(modes_run: P
     assert code == 0 and summary is not None and summary["tasks"] == 4
 
 
-def test_run_report_needs_out(tau2_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _run(["run", "--bench", "tau2-telecom", "--split", "test", "--limit", "1", "--agent", "oracle",
-                         "--data-dir", str(tau2_dir), "--report", "--no-progress"], capsys)
-    assert code == 2 and err.strip() == "agentspec: error: --report needs --out DIR: the report is written to DIR/report.html"
+def test_run_report_without_out_goes_into_the_runs_own_folder(tau2_dir: Path, default_runs_folder: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """It was refused (--report needs --out); a run without --out now keeps its results in a folder of its own."""
+    code, summary, err = _run(["run", "--json", "--bench", "tau2-telecom", "--split", "test", "--limit", "1", "--agent",
+                               "oracle", "--data-dir", str(tau2_dir), "--report", "--no-progress"], capsys)
+    assert code == 0 and summary is not None, err
+    folder = Path(summary["results"]).parent
+    assert folder.parent == default_runs_folder and folder.name.startswith("tau2-telecom-")
+    assert summary["report"] == str(folder / "report.html") and (folder / "report.html").is_file()
+
+
+def test_report_without_out_writes_into_the_first_run(modes_run: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "copy"
+    shutil.copytree(modes_run, run)
+    (run / "report.html").unlink()
+    code, summary, err = _run(["report", str(run / "results.json")], capsys)
+    assert code == 0 and summary is not None and summary["report"] == str(run / "report.html"), err
+    assert (run / "report.html").is_file()
 
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

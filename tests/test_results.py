@@ -31,7 +31,7 @@ def _schema(results: Results) -> tuple[set[str], set[str], set[str]]:
 
 def test_a_run_without_mode_is_sequential_with_the_same_schema_and_rewards(tau2_dir: Path, tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    common = ["run", "--bench", "tau2-telecom", "--split", "base", "--agent", "oracle", "--data-dir", str(tau2_dir),
+    common = ["run", "--json", "--bench", "tau2-telecom", "--split", "base", "--agent", "oracle", "--data-dir", str(tau2_dir),
               "--no-progress", "--concurrency", "4"]
     plain = _run([*common, "--out", str(tmp_path / "A")], capsys)
     sequential = _run([*common, "--mode", "sequential", "--out", str(tmp_path / "B")], capsys)
@@ -83,9 +83,9 @@ def test_the_writer_writes_the_benchs_own_formats_and_lists_them(tmp_path: Path)
     assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == ["results.json"]
 
 
-def _v1_plain(tmp_path: Path) -> Path:
-    records = [{"task_id": "t1", "trial": 0, "reward": 1.0, "timings": {"wall_s": 2.0}},
-               {"task_id": "t2", "trial": 0, "reward": 0.0, "timings": {"wall_s": 4.0}}]
+def _v1_plain(tmp_path: Path, task_ids: tuple[str, str] = ("t1", "t2")) -> Path:
+    records = [{"task_id": task_ids[0], "trial": 0, "reward": 1.0, "timings": {"wall_s": 2.0}},
+               {"task_id": task_ids[1], "trial": 0, "reward": 0.0, "timings": {"wall_s": 4.0}}]
     summary = {"bench": "tau2-telecom", "split": "base", "agent": "oracle", **summarize(records, 6.0),
                "data_verified": True}
     (tmp_path / "results.json").write_text(json.dumps({"format": V1_FORMAT, "summary": summary, "episodes": records}))
@@ -133,8 +133,11 @@ def test_a_folder_without_results_says_so(tmp_path: Path) -> None:
 def test_baseline_reads_a_previous_format_plain_run(tau2_dir: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "old").mkdir()
-    baseline = _v1_plain(tmp_path / "old")
-    summary = _run(["run", "--bench", "tau2-telecom", "--split", "test", "--limit", "1", "--solo", "--agent", "oracle",
+    from agentspec.bench.registry import open_bench
+
+    first, second = (task.id for task in open_bench("tau2-telecom", tau2_dir).tasks("test", limit=2))
+    baseline = _v1_plain(tmp_path / "old", (first, second))  # a baseline of the same tasks (others are refused)
+    summary = _run(["run", "--json", "--bench", "tau2-telecom", "--split", "test", "--limit", "2", "--solo", "--agent", "oracle",
                     "--mode", "sequential", "--data-dir", str(tau2_dir), "--no-progress", "--baseline", str(baseline)],
                    capsys)
     assert summary["vs_baseline"]["baseline_mode"] == PLAIN and summary["vs_baseline"]["baseline_mean_task_wall_s"] == 3.0

@@ -16,7 +16,7 @@ SHIPPED = Path(__file__).resolve().parents[1] / "macros" / "tau2-telecom.json"
 
 
 def run(capsys, *argv):
-    code = main(["run", "--bench", "tau2-telecom", "--no-progress", *argv])
+    code = main(["run", "--json", "--bench", "tau2-telecom", "--no-progress", *argv])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return json.loads(captured.out.strip().splitlines()[-1])
@@ -160,14 +160,14 @@ def test_verified_macro_commits_update_the_saved_library(tau2_dir, tmp_path, cap
 
 
 def test_ratios_against_a_baseline_run(tau2_dir, tmp_path, capsys):
-    common = ["--split", "small", "--agent", "oracle", "--speculator-model", "noisy-oracle:0.9", "--latency-model", "smc-paper",
-              "--data-dir", str(tau2_dir)]
+    common = ["--split", "small", "--agent", "oracle", "--latency-model", "smc-paper", "--data-dir", str(tau2_dir)]
+    speculator = ["--speculator-model", "noisy-oracle:0.9"]
     base = run(capsys, *common, "--mode", "sequential", "--out", str(tmp_path / "base"))
-    summary = run(capsys, *common, "--mode", "sa", "--baseline", str(tmp_path / "base"))
+    summary = run(capsys, *common, *speculator, "--mode", "sa", "--baseline", str(tmp_path / "base"))
     assert summary["vs_baseline"]["baseline_mean_task_wall_s"] == base["modes"]["sequential"]["mean_task_wall_s"]
     assert summary["vs_baseline"]["baseline_mode"] == "sequential" and summary["vs_baseline"]["speedup"]["sa"] > 1.0
     assert summary["speedup_vs_sequential"] is None  # this run had no sequential mode of its own
-    assert main(["run", "--bench", "tau2-telecom", *common, "--mode", "sa", "--baseline", str(tmp_path)]) == 2
+    assert main(["run", "--bench", "tau2-telecom", *common, *speculator, "--mode", "sa", "--baseline", str(tmp_path)]) == 2
 
 
 def test_smc_without_macros_uses_the_shipped_library_and_says_so(tau2_dir, capsys):

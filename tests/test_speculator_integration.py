@@ -257,7 +257,7 @@ def test_speculator_fit_on_custom_data_with_the_flag_says_unverified(renamed, tm
 def test_a_run_without_mode_writes_data_verified_into_results_json(renamed, tmp_path, capsys):
     folder, ids = renamed
     out = tmp_path / "out"
-    assert main(["run", "--bench", "tau2-telecom", "--task-ids", ids[0], "--agent", "oracle", "--data-dir", str(folder),
+    assert main(["run", "--json", "--bench", "tau2-telecom", "--task-ids", ids[0], "--agent", "oracle", "--data-dir", str(folder),
                  "--unverified-data", "--out", str(out), "--no-progress"]) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     summary = json.loads((out / "results.json").read_text(encoding="utf-8"))["summary"]

@@ -15,12 +15,12 @@ from toy_env import KVEnvironment
 from agentspec.cli import main
 from agentspec.errors import SnapshotError
 from agentspec.mining.labelling import ForkOnlyLookahead, ReplaySandboxes, sample_continuations
-from agentspec.mining.trajectories import MinedTrajectory
 from agentspec.snapshot import InProcessBackend
 from agentspec.speculator.artifact import Artifact, load
 from agentspec.speculator.lookahead import ForkLookahead, Probe, ProbeRun, run_probes
 from agentspec.speculator.policy import LearnedSpeculator
 from agentspec.speculator.sources import Context, Source, TypedValues
+from agentspec.trajectories import MinedTrajectory
 from agentspec.types import ToolCall
 
 TEXT = "same text for every task"

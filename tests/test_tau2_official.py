@@ -48,7 +48,7 @@ def tau2_venv() -> dict[str, Any]:
 
 def agentspec_run(out: Path, tau2_dir: Path, *flags: str) -> dict[str, Any]:
     """The issue's command, ``agentspec run --bench tau2-telecom --split base --agent oracle ...``; its summary."""
-    command = [sys.executable, "-m", "agentspec.cli", "run", "--bench", "tau2-telecom", "--split", "base",
+    command = [sys.executable, "-m", "agentspec.cli", "run", "--json", "--bench", "tau2-telecom", "--split", "base",
                "--agent", "oracle", "--data-dir", str(tau2_dir), "--out", str(out), "--no-progress", *flags]
     done = subprocess.run(command, cwd=REPO, check=False, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

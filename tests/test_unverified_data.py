@@ -30,7 +30,7 @@ def custom(tau2_dir, tmp_path):
 
 
 def argv(folder, *more):
-    return ["run", "--bench", "tau2-telecom", "--task-ids", RENAMED, "--solo", "--agent", "oracle", "--mode",
+    return ["run", "--json", "--bench", "tau2-telecom", "--task-ids", RENAMED, "--solo", "--agent", "oracle", "--mode",
             "sequential", "--data-dir", str(folder), "--no-progress", *more]
 
 
@@ -57,7 +57,7 @@ def test_without_the_flag_a_hash_mismatch_stays_an_error(custom, capsys):
 
 
 def test_the_pinned_release_is_reported_verified(tau2_dir, capsys):
-    assert main(["run", "--bench", "tau2-telecom", "--task-ids", AIRPLANE, "--solo", "--agent", "oracle", "--mode",
+    assert main(["run", "--json", "--bench", "tau2-telecom", "--task-ids", AIRPLANE, "--solo", "--agent", "oracle", "--mode",
                  "sequential", "--data-dir", str(tau2_dir), "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["data_verified"] is True and summary["data_sha256"] == dict(TAU2_DATA.files)

@@ -26,7 +26,7 @@ from agentspec.runtime.simulated import SimulatedLatency, untimed
 from agentspec.snapshot import InProcessBackend
 from agentspec.types import Observation, ToolCall
 
-ISSUE = ["run", "--bench", "tau2-telecom", "--split", "base", "--solo", "--agent", "oracle", "--no-progress",
+ISSUE = ["run", "--json", "--bench", "tau2-telecom", "--split", "base", "--solo", "--agent", "oracle", "--no-progress",
          "--speculator-model", "noisy-oracle:0.8", "--mode", "sequential,smc", "--macro-commit", "verified",
          "--latency-model", "smc-paper"]
 

@@ -116,7 +116,7 @@ async def test_only_an_agent_stop_earns_the_reward(termination: TerminationReaso
 async def test_each_episode_starts_from_the_task_files_and_cleans_up() -> None:
     bench = WorkspaceBench()
     task = bench.task("ws-rename-config")
-    pattern = f"agentspec-{task.id}-*"
+    pattern = f"agentspec-run-*-{task.id}-*"  # the run folder names its owner (pid, start time): sweepable
     before = set(Path(tempfile.gettempdir()).glob(pattern))
     async with bench.open_backend(task, solo=True) as live:
         await _play(live, _gold(bench, task))

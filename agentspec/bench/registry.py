@@ -7,6 +7,7 @@ knows where each benchmark lives.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,29 @@ def open_bench(name: str, data_dir: str | Path | None = None, *, backend: str | 
         from agentspec.bench.tau2.harness import Tau2Bench
 
         return Tau2Bench(cls.from_data_dir(data_dir), max_steps=max_steps, max_errors=max_errors)
+    _check_options(name, cls, options or {})
     return cls.from_data_dir(data_dir, **({"backend": backend} if backend else {}), **dict(options or {}))
+
+
+def bench_options_of(cls: Any) -> list[str]:
+    """The options a bench class takes (``--bench-option KEY=VALUE``): the keywords its ``from_data_dir`` names, or,
+    where it passes them on to the class, its constructor's."""
+    def named(function: Any) -> list[str]:
+        parameters = inspect.signature(function).parameters.values()
+        return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY
+                or (p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and p.name not in ("self", "cls", "data_dir"))]
+
+    own = [name for name in named(cls.from_data_dir) if name not in ("backend", "max_steps", "max_errors")]
+    return own or [name for name in named(cls.__init__) if name not in ("backend", "max_steps", "max_errors")]
+
+
+def _check_options(name: str, cls: Any, options: Mapping[str, Any]) -> None:
+    """Refuse an option the bench does not take, naming the ones it does (it would otherwise be dropped unread)."""
+    known = bench_options_of(cls)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        takes = f"it takes {', '.join(sorted(known))}" if known else "it takes none"
+        raise ConfigError(f"--bench-option {unknown[0]}: bench {name} has no such option; {takes}")
 
 
 def data_spec(name: str) -> DataSpec:

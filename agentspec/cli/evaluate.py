@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentspec.cli.flags import add_data_dir
+from agentspec.cli.flags import add_bench, add_data_dir
 
 
 def add_parser(sub: Any) -> None:
     """Register ``evaluate``."""
     ev = sub.add_parser("evaluate", help="score a given sequence of tool calls for a task")
-    ev.add_argument("--bench", required=True)
+    add_bench(ev)
     ev.add_argument("--task-id", help="the task to score against")
     ev.add_argument("--actions", help='JSON file: [{"requestor": "assistant"|"user", "name": ..., "arguments": {...}}]')
     ev.add_argument("--end", choices=["agent", "user"], default="agent", help="who stops the episode")

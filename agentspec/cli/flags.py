@@ -27,8 +27,84 @@ from typing import Any
 from agentspec.errors import UsageError
 from agentspec.runtime.modes import NOISY, noisy_oracle_p
 
-__all__ = ["NOISY", "POSITIVE", "PROBABILITY", "TEMPERATURE", "add_data_dir", "add_macro_commit", "add_role_flags",
-           "noisy_oracle_p", "number", "out_file", "out_folder"]
+__all__ = ["NOISY", "POSITIVE", "PROBABILITY", "TEMPERATURE", "BenchNames", "Flags", "HelpFormatter", "add_bench",
+           "add_bench_name", "add_data_dir", "add_json", "add_macro_commit", "add_role_flags", "noisy_oracle_p",
+           "number", "out_file", "out_folder", "settle_bench_name"]
+
+Flags = argparse._ActionsContainer
+"""What a flag helper adds to: a parser or one of its argument groups (``run --help`` shows its flags in groups)."""
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, with ``(default: X)`` after each flag whose default says something: a value, not None,
+    False, empty or a switch's, and not where the help already speaks of its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        takes_value = action.nargs != 0 or isinstance(action, argparse.BooleanOptionalAction)
+        optional = bool(action.option_strings) or action.nargs in ("?", "*")
+        if (default is None or default is False or default is argparse.SUPPRESS or default in ("", [])
+                or not takes_value or not optional or text == argparse.SUPPRESS or "default" in text.lower()):
+            return action.help
+        shown = ", ".join(map(str, default)) if isinstance(default, list | tuple) else str(default)
+        # argparse %-formats the help (%(prog)s...): a literal % in the value must survive it.
+        return f"{text} (default: {shown.replace('%', '%%')})".lstrip()
+
+
+def add_json(parser: Flags, help: str = "print the result as one JSON line (what scripts read)") -> None:
+    """``--json``: the command's result as one JSON line on stdout.  Given after the subcommand it is this flag;
+    before it, the top-level parser's (whose default stays, as SUPPRESS leaves the namespace alone)."""
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=help)
+
+
+class BenchNames:
+    """The names in one of :mod:`agentspec.bench.registry`'s tables (``BENCHES``, ``DATA``, ``SETUP``), read when
+    a help is shown: building the parser must not import the registry (``agentspec --help`` loads no bench)."""
+
+    def __init__(self, table: str = "BENCHES") -> None:
+        self.table = table
+
+    def __str__(self) -> str:
+        from agentspec.bench import registry
+
+        return ", ".join(getattr(registry, self.table))
+
+
+def _listing(action: argparse.Action, table: str) -> None:
+    # argparse fills "%(benches)s" in the help from the action's attributes, as it does "%(default)s".
+    action.benches = BenchNames(table)  # type: ignore[attr-defined]
+
+
+def add_bench(parser: Flags, *, required: bool = True, help: str = "the benchmark") -> None:
+    """``--bench NAME``, its help listing the registered benches (an unknown one is refused by the registry, with
+    the same list)."""
+    _listing(parser.add_argument("--bench", required=required, metavar="NAME", help=f"{help}: %(benches)s"), "BENCHES")
+
+
+def add_bench_name(parser: Flags, table: str, help: str) -> None:
+    """The bench as a positional ``BENCH`` (what old scripts pass) or as ``--bench NAME`` (as every other command
+    takes it), from the registry's ``table``; :func:`settle_bench_name` makes them one ``args.bench``."""
+    _listing(parser.add_argument("bench_name", nargs="?", metavar="BENCH", help=f"{help}: %(benches)s (or --bench)"),
+             table)
+    _listing(parser.add_argument("--bench", dest="bench_flag", metavar="NAME", help=f"{help}: %(benches)s"), table)
+
+
+def settle_bench_name(args: argparse.Namespace) -> None:
+    """``args.bench`` from the positional ``BENCH`` or ``--bench`` of :func:`add_bench_name` (no-op elsewhere);
+    a :class:`UsageError` line when both or neither are given."""
+    if not hasattr(args, "bench_flag"):
+        return
+    given = [name for name in (args.bench_name, args.bench_flag) if name is not None]
+    if len(given) != 1:
+        raise UsageError(f"{'name the bench once' if given else 'name the bench'}: "
+                         f"agentspec {_command(args)} --bench NAME (or agentspec {_command(args)} NAME)")
+    args.bench = given[0]
+    del args.bench_name, args.bench_flag
+
+
+def _command(args: argparse.Namespace) -> str:
+    return " ".join(part for part in (args.command, getattr(args, f"{args.command}_command", None)) if part)
 
 
 
@@ -103,12 +179,12 @@ def add_macro_commit(parser: Any) -> None:
                         "as the summary's macro_commit says)")
 
 
-def add_data_dir(parser: argparse.ArgumentParser) -> None:
+def add_data_dir(parser: Flags) -> None:
     """``--data-dir``: where a command finds the benchmark's data."""
     parser.add_argument("--data-dir", help="benchmark data folder (default: $AGENTSPEC_TAU2_DATA or the user cache)")
 
 
-def add_unverified_data(parser: argparse.ArgumentParser) -> None:
+def add_unverified_data(parser: Flags) -> None:
     """``--unverified-data``: run data that fails its hash check (custom tasks, edited databases); the command
     then wraps its work in :func:`agentspec.data.unverified_data` and reports :func:`agentspec.data.data_report`."""
     parser.add_argument("--unverified-data", action="store_true",
@@ -116,7 +192,7 @@ def add_unverified_data(parser: argparse.ArgumentParser) -> None:
                         "warning, and data_verified false with the files' sha256 in the summary")
 
 
-def add_bench_options(parser: argparse.ArgumentParser) -> None:
+def add_bench_options(parser: Flags) -> None:
     """``--backend`` and ``--bench-option KEY=VALUE`` (repeatable): a bench's environment backend and its own
     settings (AppWorld: ``actions=meta``, ``apps=...``)."""
     parser.add_argument("--backend", choices=["overlay", "copy", "docker", "none"],
@@ -142,7 +218,8 @@ def _writable(folder: Path) -> None:
     """Create ``folder`` (and its parents) and write a file in it; ArgumentTypeError with the reason otherwise."""
     for parent in (folder, *folder.parents):
         if parent.exists() and not parent.is_dir():
-            raise argparse.ArgumentTypeError(f"{folder}: {parent} is a file, not a folder")
+            where = f"{folder}: {parent}" if parent != folder else str(folder)  # the path once when it is the file
+            raise argparse.ArgumentTypeError(f"{where} is a file, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".agentspec-probe-", dir=folder)

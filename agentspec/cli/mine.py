@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentspec.cli.flags import POSITIVE, add_bench_options, add_data_dir, add_role_flags, number, out_file
+from agentspec.cli.flags import POSITIVE, add_bench, add_bench_options, add_data_dir, add_role_flags, number, out_file
 
 DEFAULT_TEMPERATURE = 0.7
 """Sampling temperature for a model speculator when none is given: several samples must be able to differ."""
@@ -13,7 +13,7 @@ DEFAULT_TEMPERATURE = 0.7
 def add_parser(sub: Any) -> None:
     """Register ``mine``."""
     mine = sub.add_parser("mine", help="mine a macro library from successful trajectories")
-    mine.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
+    add_bench(mine)
     mine.add_argument("--split", default="train", help="the training split: its gold calls, and the tasks --runs may cover")
     add_role_flags(mine, "speculator", "the speculator's model", also=[
         "noisy-oracle:P (the trajectories' own calls, each replaced with probability 1-P)",

@@ -3,8 +3,8 @@
 The flags become one :class:`~agentspec.run_spec.RunSpec`, which :func:`agentspec.pipeline.run` runs.
 
 With ``--mode sequential,sa,smc`` every mode runs over the same tasks in the
-same process, so their ratios are measured side by side.  The last stdout
-line (and ``results.json``'s ``summary``) holds the run's settings, each
+same process, so their ratios are measured side by side.  The summary
+(``--json``: the last stdout line; ``results.json``'s ``summary``) holds the run's settings, each
 mode's figures under ``modes`` (a dict by mode, also for a single mode),
 ``speedup_vs_sequential`` (mean task wall time of sequential over the mode's,
 when sequential ran) and ``run_wall_s`` (the whole run); no mode's figure
@@ -17,7 +17,10 @@ sits at top level::
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
+import os
+import re
+from contextlib import suppress
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,7 @@ from agentspec.errors import ConfigError
 from agentspec.pipeline import run
 from agentspec.results import Results, results_file
 from agentspec.run_spec import RunSpec, SporkSettings
-from agentspec.runtime.runlog import locked_out
+from agentspec.runtime.runlog import LOCK_NAME, locked_out
 from agentspec.user_files import out_dir
 
 
@@ -57,6 +60,7 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
         l_min=args.l_min, seed=args.seed, max_steps=args.max_steps, max_errors=args.max_errors,
         verify_macros=args.verify_macros, macro_commit=args.macro_commit, macros=args.macros, latency_model=args.latency_model, spork=spork,
         concurrency=args.concurrency, out=args.out, resume=args.resume, overwrite=args.overwrite,
+        resume_uncertain=getattr(args, "resume_uncertain", "stop"),
         progress=not args.no_progress,
         record=args.record, replay=args.replay, speculator_hints=args.speculator_hints, draft_first=args.draft_first,
         cluster=getattr(args, "ray", None),
@@ -64,6 +68,9 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
         governor=getattr(args, "governor", True), more_speculators=getattr(args, "more_speculators", None) or [],
         learn_online=getattr(args, "learn_online", False), save_speculator=getattr(args, "save_speculator", None),
     )
+    if (args.speculator_model or getattr(args, "more_speculators", None)) and not spec.needs_speculator:
+        raise ConfigError(f"--speculator-model is only used by a speculating mode, and --mode {args.mode} has none: "
+                          "add one, e.g. --mode sequential,sa,smc")
     out_dir(args.out)
     return spec
 
@@ -82,6 +89,20 @@ def _baseline_wall(path: Path) -> tuple[Path, str, dict[str, Any]]:
     return file, mode, modes[mode]
 
 
+def _check_comparable(path: Path, results: Results) -> None:
+    """Refuse a baseline of another bench or other tasks: its ratios would compare different work."""
+    file, mode, _ = _baseline_wall(path)
+    baseline = Results.load(file)
+    theirs = {(r.task_id, r.trial) for r in baseline.episodes[mode]}
+    ours = {(r.task_id, r.trial) for records in results.episodes.values() for r in records}
+    if baseline.summary.bench != results.summary.bench:
+        raise ConfigError(f"--baseline {path}: a run of {baseline.summary.bench}, this one is of {results.summary.bench}")
+    if theirs != ours:
+        raise ConfigError(f"--baseline {path}: it ran {len(theirs)} episodes of split {baseline.summary.split}, this "
+                          f"run {len(ours)} of split {results.summary.split} ({len(theirs ^ ours)} not in both): "
+                          "compare runs of the same tasks")
+
+
 def _against_baseline(path: Path, summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Mean task wall time of the baseline run over each mode's (> 1: this run is faster)."""
     file, base_mode, base = _baseline_wall(path)
@@ -91,21 +112,62 @@ def _against_baseline(path: Path, summaries: dict[str, dict[str, Any]]) -> dict[
             "speedup": ratios, "reward_delta": {m: s["reward_mean"] - base.get("reward_mean", 0.0) for m, s in summaries.items()}}
 
 
+RUNS_ENV = "AGENTSPEC_RUNS"
+"""Where runs without ``--out`` keep their results (default: ``runs`` under the working directory)."""
+
+
+def default_out(bench: str) -> Path:
+    """A new folder for a run without ``--out``: ``$AGENTSPEC_RUNS/BENCH-UTCTIME`` (``./runs/...`` without the
+    variable), made now so that two runs started in the same second each get their own (``-2``, ``-3``...)."""
+    root = Path(os.environ.get(RUNS_ENV) or "runs")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", bench).strip(".-") or "run"  # a folder name, never a path
+    for attempt in range(1, 1000):  # bounded: a name that always "exists" must not spin
+        folder = root / (f"{name}-{stamp}" + (f"-{attempt}" if attempt > 1 else ""))
+        try:
+            folder.mkdir(parents=True)  # fails if it exists: this run's folder is no other run's
+        except FileExistsError:
+            continue
+        except OSError as exc:  # a file where a folder should be, no permission...: one line, what to do
+            raise ConfigError(f"cannot make {folder} to keep the results in ({exc.strerror or exc}): give --out DIR, "
+                              f"or set {RUNS_ENV} to a folder you can write in") from None
+        return folder
+    raise ConfigError(f"{root} holds a thousand runs of {name} started at {stamp}: give --out DIR")
+
+
+def _drop_if_unused(folder: Path) -> None:
+    """Remove a default folder the run wrote nothing in (it failed before its first record): nothing to keep."""
+    with suppress(OSError):  # tidying up must not hide why the run failed
+        if {entry.name for entry in folder.iterdir()} <= {LOCK_NAME}:
+            (folder / LOCK_NAME).unlink(missing_ok=True)
+            folder.rmdir()
+
+
 def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
     """Run the spec the flags describe and write its results, holding ``--out`` from the first log record to the
-    last file written (a second run into it is refused at once, not interleaved)."""
+    last file written (a second run into it is refused at once, not interleaved).  Without ``--out`` the results
+    go to a new folder (:func:`default_out`): a run always keeps them."""
     spec = run_spec(args)
-    with locked_out(spec.out) if spec.out else nullcontext():
-        return _run_and_write(args, spec)
+    if args.baseline:  # a bad baseline fails before any task runs, or any folder is made
+        _baseline_wall(Path(args.baseline))
+    made = spec.out is None
+    # After every check of the flags: a refused run leaves no folder behind.
+    out = spec.out = spec.out or str(default_out(args.bench))
+    try:
+        with locked_out(out):
+            return _run_and_write(args, spec)
+    except BaseException:
+        if made:
+            _drop_if_unused(Path(out))
+        raise
 
 
 def _run_and_write(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
-    if args.baseline:  # a bad baseline fails before any task runs
-        _baseline_wall(Path(args.baseline))
     outcome = run(spec)
     results = outcome.results()
     summary = results.summary
     if args.baseline:
+        _check_comparable(Path(args.baseline), results)
         summary.vs_baseline = _against_baseline(Path(args.baseline), {m: s.as_dict() for m, s in summary.modes.items()})
     if args.macros_out and outcome.macros is not None:
         summary.macros_out = args.macros_out  # in results.json too: a report shows the library after the run

@@ -13,14 +13,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from agentspec.cli.flags import add_data_dir
+from agentspec.cli.flags import add_bench, add_data_dir
 
 
 def add_parser(sub: Any) -> None:
     """Register ``score``."""
     score = sub.add_parser("score", help="score answers (a leaderboard submission file) against the reference answers, "
                            "or re-score recorded runs of real agents")
-    score.add_argument("--bench", required=True, help="benchmark name, e.g. gaia")
+    add_bench(score)
     what = score.add_mutually_exclusive_group(required=True)
     what.add_argument("--answers",
                       help="JSON lines with task_id and model_answer (GAIA's submission format), or a run's --out "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentspec.cli.flags import POSITIVE, add_bench_options, add_data_dir, add_unverified_data, number
+from agentspec.cli.flags import POSITIVE, add_bench, add_bench_options, add_data_dir, add_unverified_data, number
 
 
 def add_parser(sub: Any) -> None:
@@ -22,7 +22,7 @@ def add_parser(sub: Any) -> None:
     commands = speculator.add_subparsers(dest="speculator_command", required=True)
 
     fit = commands.add_parser("fit", help="fit a speculator on a split's gold calls and earlier runs")
-    fit.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
+    add_bench(fit)
     fit.add_argument("--split", default="train", help="the split to fit on (its gold calls; --runs episodes of its tasks)")
     fit.add_argument("--runs", nargs="+", default=[], metavar="DIR",
                      help="agentspec run folders (or results.json files) whose successful episodes of the split's "
@@ -43,10 +43,11 @@ def add_parser(sub: Any) -> None:
     add_bench_options(fit)
     fit.add_argument("--out", required=True, help="the speculator file to write, e.g. runs/spec.json (the same "
                      "inputs give the same bytes)")
+    fit.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     fit.set_defaults(handler="agentspec.cli.speculator:on_data", on_data="fit_command")
 
     score = commands.add_parser("score", help="replay a split's reference calls and score the next-call guesses")
-    score.add_argument("--bench", required=True, help="benchmark name, e.g. tau2-telecom")
+    add_bench(score)
     score.add_argument("--split", required=True, help="the split to score (none of its tasks may be in the fit)")
     score.add_argument("--speculator", metavar="FILE", help="a file written by `agentspec speculator fit`")
     score.add_argument("--folds", type=number(int, ge=2), default=None,

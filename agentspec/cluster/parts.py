@@ -61,13 +61,24 @@ def merge_part(part: Path, run_log: Path) -> None:
 def merge_finished(out: str | Path, mode_name: str, run_log: Path) -> int:
     """Merge every part whose task finished (a driver stopped before merging it); the number merged.
 
-    Unfinished parts stay where they are: the task's next attempt resumes from its own part."""
+    A part whose finished task the run log already holds was merged whole (the driver stopped between its append and
+    its delete): it is deleted, not merged twice.  Unfinished parts stay where they are: the task's next attempt
+    resumes from its own part."""
     folder = parts_dir(out, mode_name)
+    parts = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+    if not parts:
+        return 0
+    logged = RunLog.read(run_log)
     merged = 0
-    for part in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        if any(log.result is not None for log in RunLog.read(part).values()):
+    for part in parts:
+        finished = [key for key, log in RunLog.read(part).items() if log.result is not None]
+        if not finished:
+            continue
+        if all(logged.get(key) is not None and logged[key].result is not None for key in finished):
+            part.unlink()  # merged whole before the driver stopped, not yet deleted: again would log it twice
+        else:
             merge_part(part, run_log)
-            merged += 1
+        merged += 1
     return merged
 
 

@@ -275,5 +275,8 @@ def _prepare_log(run: ModeRun, jobs: Sequence[Job]) -> dict[str, TaskLog]:
         clear_parts(spec.out or "", mode.name)
         RunLog(path, run.log_config()).close()  # the header, as a local run writes it
         return {}
+    # A run killed before its header was whole left no log to resume: start one with this run's settings, as a fresh
+    # run does, so the parts merged into it are not left under a header that records none (refused by a resume).
+    RunLog(path, run.log_config()).close()  # writes the header only into an empty log
     merge_finished(spec.out or "", mode.name, path)
     return prior_log(spec, mode, jobs)

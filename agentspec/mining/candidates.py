@@ -27,8 +27,8 @@ from typing import Any
 import networkx as nx
 
 from agentspec.macros import MacroStep
-from agentspec.mining.normalize import Normalizer, Skeleton, render
-from agentspec.mining.trajectories import MinedTrajectory
+from agentspec.normalize import Normalizer, Skeleton, render
+from agentspec.trajectories import MinedTrajectory
 
 Occurrence = tuple[int, int]
 """(index of the trajectory, index of the window's first step)."""

@@ -49,10 +49,10 @@ import anyio
 from agentspec.errors import SnapshotError
 from agentspec.macros import align
 from agentspec.mining.candidates import Candidate
-from agentspec.mining.trajectories import MinedTrajectory
 from agentspec.runtime.policies import DraftedHistory, Policy
 from agentspec.snapshot import Sandbox, Snapshot, SnapshotBackend
 from agentspec.speculator.lookahead import ForkLookahead
+from agentspec.trajectories import MinedTrajectory
 from agentspec.types import Effect, Observation, ToolCall
 
 State = tuple[int, int]

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentspec.errors import ConfigError
+from agentspec.errors import ConfigError, first_problem
 
 __all__ = ["ModelConfig"]
 
@@ -69,7 +69,7 @@ class ModelConfig(BaseModel):
         role: str,
         spec: str | None = None,
         base_url: str | None = None,
-        env: Mapping[str, str] = os.environ,
+        env: Mapping[str, str] | None = None,
         **overrides: Any,
     ) -> ModelConfig:
         """Configure the model of ``role`` from a ``URL_OR_NAME`` flag and the environment.
@@ -88,6 +88,7 @@ class ModelConfig(BaseModel):
         Raises :class:`~agentspec.errors.ConfigError` naming the flag and the
         variable to set when no endpoint is given, or when a value is invalid.
         """
+        env = os.environ if env is None else env  # read here: as a default it would print the environment in help()
         prefix = "AGENTSPEC_" + role.upper().replace("-", "_") + "_"
         spec = spec or env.get(prefix + "MODEL") or None
         url, model = _split_spec(spec)
@@ -105,10 +106,7 @@ class ModelConfig(BaseModel):
         try:
             return cls(**fields)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(map(str, first["loc"])) or "value"
-            message = str(first["msg"]).removeprefix("Value error, ")
-            raise ConfigError(f"invalid configuration for the {role} model: {where}: {message}") from exc
+            raise ConfigError(f"invalid configuration for the {role} model: {first_problem(exc, 'value')}") from exc
 
 
 def _check_url(value: str) -> None:

@@ -42,7 +42,7 @@ DEFAULT_MODELS: dict[str, str] = {
     "user": "qwen2.5-coder-0.5b",
     "speculator": "smollm2-135m",
 }
-"""The local model each role gets when no endpoint is given (see README, "Local models")."""
+"""The local model each role gets when no endpoint is given (see docs/serving.md, "Local models")."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,9 @@ class TaskClock:
         self.on_tool: Callable[[str, float], None] | None = None
         """Told each call's tool name and seconds (SPORK learns tool latencies from every execution)."""
 
-    def start(self) -> None:
-        self.t0 = anyio.current_time()
+    def start(self, already: float = 0.0) -> None:
+        """Start the task's clock now, ``already`` seconds into the task (a resumed task's time before it stopped)."""
+        self.t0 = anyio.current_time() - already
 
     def since_start(self, at: float) -> float:
         """Seconds from :meth:`start` to clock time ``at`` (timeline offsets)."""

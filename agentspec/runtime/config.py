@@ -48,6 +48,10 @@ class LoopSettings(BaseModel):
     spec_width: int = Field(1, ge=1)
     """Guesses executed per chain position: the speculator's head guess and its next ``spec_width - 1`` ranked
     alternatives, each in its own fork (``--spec-width``)."""
+    resume_uncertain: Literal["stop", "retry", "skip"] = "stop"
+    """Resuming where the environment keeps its effects (an MCP server, a database file): what to do with a call the
+    stopped run started and never confirmed (:meth:`agentspec.runtime.journal.Journal.resume`): stop and name it,
+    run it again (``--resume-retry-uncertain``), or record it as not done (``--resume-skip-uncertain``)."""
 
     def loop_settings(self) -> dict[str, Any]:
         """This object's :class:`LoopSettings` fields (a :class:`~agentspec.run_spec.RunSpec` has many more)."""

@@ -141,7 +141,7 @@ class ExecutionLoop:
         self.metrics = ExecutionMetrics()
         self.timeline = Timeline()
         self.clock = TaskClock(self.timeline, latency, self.config.seed)
-        self.journal = Journal(backend, log, task_id)
+        self.journal = Journal(backend, log, task_id, elapsed=lambda: self.since_start(anyio.current_time()))
         self.steps = self.journal.steps
         self.chain = DraftChain(self, self.journal, speculator, self.config, LateHints(authority, self.metrics))
         self.spork = Spork(self, prober, spork or SporkConfig()) if prober is not None else None
@@ -158,9 +158,10 @@ class ExecutionLoop:
         """Execute until the authority says done or a limit is hit; ``resumed`` continues a logged run."""
         if resumed is not None:
             self.resume(resumed)
+        await self.journal.replay()  # a fresh environment's adopted steps run again (nothing otherwise)
         if self.config.mode == "smc" and self.macros is not None:
             self.metrics.observe_commit_mode(await commit_mode(self.authority, self.config.macro_commit))
-        self.clock.start()
+        self.clock.start(already=self.journal.resumed_at)  # a resumed task's time goes on from its last commit
         try:
             termination, note = await self._loop()
         except BaseExceptionGroup as group:
@@ -213,7 +214,7 @@ class ExecutionLoop:
 
     def resume(self, resumed: TaskLog) -> None:
         """Continue a logged task (:meth:`Journal.resume`); call before :meth:`run` to fail before any work starts."""
-        self.journal.resume(resumed)
+        self.journal.resume(resumed, self.config.resume_uncertain)
 
     # ------------------------------------------------------------------ what SPORK and SMC's commit use
 

@@ -8,12 +8,21 @@ that state, so no committed effect is applied again.  :class:`~agentspec.runtime
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
 from agentspec.errors import ConfigError
+from agentspec.runtime.conversation import SAY
 from agentspec.runtime.draft import Source
 from agentspec.runtime.policies import History
 from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
-from agentspec.snapshot import Checkpointable, SnapshotBackend
-from agentspec.types import Observation, Step, ToolCall
+from agentspec.snapshot import Checkpointable, SnapshotBackend, resume_by
+from agentspec.types import Effect, Observation, Requestor, Step, ToolCall
+
+Uncertain = Literal["stop", "retry", "skip"]
+"""What a resume does with a call the stopped run started and never confirmed, where its effect may have happened
+(``--resume-retry-uncertain``, ``--resume-skip-uncertain``; stop by default)."""
 
 Entry = tuple[ToolCall, Observation, str]
 """One step to record: the call, its observation, its effect id (from :meth:`Journal.intents`)."""
@@ -22,33 +31,92 @@ Entry = tuple[ToolCall, Observation, str]
 class Journal:
     """One task's committed steps, its count of erroring observations, and its run log (if any)."""
 
-    def __init__(self, backend: SnapshotBackend, log: RunLog | None, task_id: str) -> None:
+    def __init__(self, backend: SnapshotBackend, log: RunLog | None, task_id: str,
+                 elapsed: Callable[[], float] | None = None) -> None:
         self.backend, self.log, self.task_id = backend, log, task_id
+        self.to_replay: list[Step] = []
+        """Adopted steps a fresh environment must run again before the loop goes on (:meth:`replay`)."""
         self.steps: list[Step] = []
         """The committed history, oldest first (appended to, never replaced: hosts hold this list)."""
         self.errors = 0
         """Observations that were errors, the authority's and the user's tools' (the loop stops at a limit)."""
+        self.elapsed = elapsed
+        """The task's time so far, logged with each commit (a resumed task's time goes on from it)."""
+        self.resumed_at = 0.0
+        """The task's time at the last logged commit of a resumed task (0 for a fresh one)."""
 
     def history(self) -> History:
         return [(s.call, s.observation) for s in self.steps]
 
-    def resume(self, resumed: TaskLog) -> None:
-        """Adopt a logged task's steps and the live state after them, so none of their effects is applied again.
+    def resume(self, resumed: TaskLog, uncertain: Uncertain = "stop") -> None:
+        """Adopt a logged task's steps and the live state after them, so none of their effects is applied again or
+        lost (:data:`~agentspec.snapshot.ResumeBy`): restored from the checkpoint, or (a fresh environment) run again
+        by :meth:`replay` before the loop goes on, or (the world outside) found there already.
+
+        A call the stopped run started and never confirmed (an intent without its commit) is harmless where the
+        state it may have changed is gone; in the world outside, unless it is read-only or idempotent, ``uncertain``
+        says what to do: ``stop`` (:class:`ConfigError` naming the call), ``retry`` (the loop goes on and may run it
+        again) or ``skip`` (it is recorded as not done, with an error observation saying so).
 
         Raises :class:`ConfigError` when the log's checkpoint is not trusted data, or when it cannot give back
         the state its steps left."""
+        kind = resume_by(self.backend)
         if resumed.checkpoint is not None:
-            if not isinstance(self.backend, Checkpointable):
+            if kind != "checkpoint":
                 raise ConfigError(f"task {self.task_id!r}: the log holds a checkpoint this backend cannot restore")
+            assert isinstance(self.backend, Checkpointable)
             self.backend.restore_checkpoint(resumed.checkpoint)
-        elif resumed.steps and isinstance(self.backend, Checkpointable):
+        elif resumed.steps and kind == "checkpoint":
             raise ConfigError(
                 f"task {self.task_id!r}: the log holds {len(resumed.steps)} committed steps but no checkpoint of the "
                 "state they left (this environment's state cannot be serialised), so resuming would lose their effects"
             )
+        self.resumed_at = resumed.elapsed_s
         for step in resumed.committed():  # the one reading of a logged task's steps (the API's logged result too)
             self.steps.append(step.model_copy(update={"index": len(self.steps)}))
             self.errors += int(step.observation.error)
+        if kind == "replay":
+            self.to_replay = list(self.steps)
+        if kind == "world":
+            self._settle_uncertain(resumed, uncertain)
+
+    def _settle_uncertain(self, resumed: TaskLog, uncertain: Uncertain) -> None:
+        """The world outside: what to do with the calls the stopped run started and never confirmed."""
+        for intent in resumed.uncertain[:1]:  # only the next step's: a later one was never reached
+            call = ToolCall.model_validate(intent["call"])
+            if self.backend.effect(call.name) in (Effect.READ_ONLY, Effect.IDEMPOTENT) or uncertain == "retry":
+                continue
+            if uncertain == "stop":
+                arguments = json.dumps(call.arguments, sort_keys=True)[:200]
+                raise ConfigError(
+                    f"task {self.task_id!r}: the stopped run started {call.name}({arguments}) (step {intent['step']}) "
+                    "and never confirmed it, and this environment keeps its effects: it may or may not have happened. "
+                    "Check, then resume with --resume-retry-uncertain (run it again) or --resume-skip-uncertain "
+                    "(record it as not done)")
+            observation = Observation(call_id=call.id, name=call.name, error=True, content=(
+                "Error: not done: the run stopped before this call's result, and it was resumed without running it "
+                "again (--resume-skip-uncertain)"))
+            (eid,) = self.intents([call], "authority")
+            self.record([(call, observation, eid)], "authority")
+
+    async def replay(self) -> None:
+        """A fresh environment (``replay``): run the adopted steps' calls again on it, the agent's and its user's,
+        in order, each checked against its logged answer (:class:`ConfigError` where one differs: the environment
+        does not replay deterministically).  Read-only calls change nothing, so they are not run."""
+        steps, self.to_replay = self.to_replay, []
+        for step in steps:
+            if step.source == "invalid":
+                continue  # never executed: unusable model output
+            for call, requestor, logged in _effects(step):
+                if self.backend.effect(call.name) is Effect.READ_ONLY:
+                    continue
+                got = await self.backend.execute(call, requestor)
+                if logged is not None and _parsed(got.content) != _parsed(logged.content):
+                    raise ConfigError(
+                        f"task {self.task_id!r}: resuming ran step {step.index} ({call.name}) again on a fresh "
+                        f"environment and it answered {got.content[:200]!r}, where the log has "
+                        f"{logged.content[:200]!r}: this environment does not replay its steps the same way; "
+                        "start afresh with --overwrite")
 
     def intents(self, calls: list[ToolCall], source: Source) -> list[str]:
         """Effect ids of the next steps, logged as intents before live state changes."""
@@ -68,4 +136,25 @@ class Journal:
             # One record for the batch: a crash leaves all of a macro's steps in the log, or none of them.
             checkpoint = self.backend.checkpoint() if isinstance(self.backend, Checkpointable) else None
             logged = [(first + i, eid, observation) for i, (_, observation, eid) in enumerate(entries)]
-            self.log.commit(self.task_id, logged, checkpoint)
+            self.log.commit(self.task_id, logged, checkpoint, self.elapsed() if self.elapsed is not None else None)
+
+
+def _effects(step: Step) -> Iterator[tuple[ToolCall, Requestor, Observation | None]]:
+    """The calls a committed step made on the environment, with who made them and their logged answers: the call
+    itself, or for a message to the user, the user's calls in its turn."""
+    if step.call.name != SAY:
+        yield step.call, step.observation.requestor, step.observation
+        return
+    answers = {m.tool_call_id: m for m in step.observation.turn if m.role == "tool"}
+    for message in step.observation.turn:
+        for call in message.tool_calls:
+            answer = answers.get(call.id)
+            logged = Observation(call_id=call.id, name=call.name, content=answer.content or "") if answer else None
+            yield call, "user", logged
+
+
+def _parsed(content: str) -> Any:
+    try:
+        return json.loads(content)
+    except json.JSONDecodeError:
+        return content

@@ -64,6 +64,9 @@ def noisy_oracle_p(spec: str | None) -> float | None:
         >>> noisy_oracle_p("noisy-oracle:0.8"), noisy_oracle_p("http://127.0.0.1:8000/v1")
         (0.8, None)
     """
+    if spec == NOISY.rstrip(":"):
+        raise ConfigError(f"--speculator-model {spec} needs its P, the chance each guess is the oracle's own call: "
+                          f"{NOISY}P, e.g. {NOISY}0.8")
     if not spec or not spec.startswith(NOISY):
         return None
     try:

@@ -81,9 +81,13 @@ class Decision:
     """A speculator's further guesses for the same step, best first after ``call`` (``--spec-width``)."""
 
 
+@runtime_checkable
 class Policy(Protocol):
-    """Decides the next call from the history.  Simulated model time is a wrapper
-    (:class:`~agentspec.runtime.simulated.SimulatedLatency`), not part of a policy."""
+    """Decides the next call from the history: your own agent is any object with this one method.
+
+    ``history`` holds the committed steps so far (each a call and what it answered); return
+    ``Decision(call=ToolCall(...))`` for the next call, or ``Decision(call=None, final={"answer": ...})`` to finish.
+    Simulated model time is a wrapper (:class:`~agentspec.runtime.simulated.SimulatedLatency`), not part of a policy."""
 
     async def decide(self, history: History) -> Decision: ...
 

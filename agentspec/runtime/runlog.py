@@ -51,7 +51,7 @@ from typing import Annotated, Any, BinaryIO, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from agentspec.checkpoint import key_path, sign, signed_by_me
-from agentspec.errors import ConfigError
+from agentspec.errors import ConfigError, first_problem
 from agentspec.types import Observation, Step, ToolCall
 
 VERSION = 4
@@ -98,6 +98,8 @@ class CommitRecord(_Record):
     task_id: str
     steps: list[CommittedEntry] = Field(min_length=1)
     checkpoint: dict[str, Any] | None = None
+    elapsed_s: float | None = None
+    """The task's time at the commit (on the run's clock): where a resumed task's time goes on from."""
 
 
 class TaskRecord(_Record):
@@ -121,9 +123,14 @@ class TaskLog:
     """Committed steps in order: the intent's fields plus ``observation``."""
     checkpoint: dict[str, Any] | None = None
     """The live state after the last committed batch, when the environment could write one."""
+    elapsed_s: float = 0.0
+    """The task's time at its last commit (0 for a log that does not record it)."""
     result: dict[str, Any] | None = None
     data: str | None = None
     """The digest of the task's data its result was logged with (None: not recorded)."""
+    uncertain: list[dict[str, Any]] = field(default_factory=list)
+    """Intents logged for the steps after the committed ones and never committed: calls the run started before it
+    stopped, whose effect may or may not have reached the live state (the intent's fields)."""
 
     def committed(self) -> list[Step]:
         """The committed steps as :class:`~agentspec.types.Step` values, in order: what a resumed executor adopts
@@ -241,14 +248,18 @@ class RunLog:
         ])  # fmt: skip
         return eids
 
-    def commit(self, task_id: str, entries: list[tuple[int, str, Observation]], checkpoint: dict[str, Any] | None) -> None:
-        """Record a committed batch ``(step, effect id, observation)`` and the state after it, atomically."""
+    def commit(self, task_id: str, entries: list[tuple[int, str, Observation]], checkpoint: dict[str, Any] | None,
+               elapsed_s: float | None = None) -> None:
+        """Record a committed batch ``(step, effect id, observation)`` and the state after it, atomically;
+        ``elapsed_s``: the task's time then."""
         record: dict[str, Any] = {
             "type": "commit", "task_id": task_id,
             "steps": [{"step": step, "effect_id": eid, "observation": obs.model_dump(mode="json")} for step, eid, obs in entries],
         }  # fmt: skip
         if checkpoint is not None:
             record["checkpoint"] = checkpoint
+        if elapsed_s is not None:
+            record["elapsed_s"] = round(elapsed_s, 6)
         self.append(record)
 
     def finish(self, task_id: str, result: dict[str, Any], data: str | None = None) -> None:
@@ -295,9 +306,12 @@ def _replay(path: Path, *, keep: bool) -> _Replay | None:
     torn = lines.pop()  # "" when the file ends with a newline; a record cut short by a kill otherwise
     if torn:
         _log.warning("%s: ignoring a torn last record (%d bytes) left by a killed run", path, len(torn.encode()))
+    if not lines:
+        return None  # killed while it wrote its header: it holds nothing to resume
     replay = _Replay(path, keep=keep)
     for number, line in enumerate(lines, 1):
         replay.add(number, line)
+    replay.settle()
     return replay
 
 
@@ -356,9 +370,7 @@ class _Replay:
         try:
             record = _RECORD.validate_python(raw)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise self.fail(number, f"not a run-log record ({where}: {first['msg']})") from exc
+            raise self.fail(number, f"not a run-log record ({first_problem(exc)})") from exc
         if isinstance(record, HeaderRecord):
             if number != 1:
                 raise self.fail(number, "a header in the middle of the log")
@@ -372,6 +384,14 @@ class _Replay:
         else:
             task = self.tasks[record.task_id]
             task.result, task.data = record.result, record.data
+
+    def settle(self) -> None:
+        """Keep each intent no commit followed with its task, when it is for a step after the committed ones and the
+        task has no result: the calls a stopped run may or may not have applied."""
+        for intent in sorted(self.intents.values(), key=lambda i: i.step):
+            task = self.tasks[intent.task_id]
+            if task.result is None and intent.step >= len(task.steps):
+                task.uncertain.append(intent.model_dump(mode="json", exclude={"type"}))
 
     def add_commit(self, number: int, record: CommitRecord) -> None:
         task = self.tasks[record.task_id]
@@ -389,6 +409,7 @@ class _Replay:
             task.steps.append({**intent.model_dump(mode="json", exclude={"type"}),
                                "observation": entry.observation.model_dump(mode="json")})
         task.checkpoint = record.checkpoint
+        task.elapsed_s = record.elapsed_s or 0.0
 
 
 def _line_start(handle: BinaryIO, end: int) -> int:

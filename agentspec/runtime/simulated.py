@@ -58,9 +58,11 @@ async def simulate_decode(model: ModelLatency, decision: Decision, prompt_tokens
         await progress("", done)
 
 
-@dataclass
+@dataclass(init=False)
 class SimulatedLatency:
     """``policy``'s decisions, each taking ``latency``'s time for ``role`` (none when it has no model for it).
+
+    ``latency`` is a :class:`LatencyModel`, or a preset's name (``"smc-paper"``) or a latency model file.
 
     The prompt is sized by the committed steps of the history (a speculator's own drafts extend its
     cached prompt).  ``stream_every``: tokens per progress report when streamed (SPORK's ``probe_every``).
@@ -70,6 +72,12 @@ class SimulatedLatency:
     latency: LatencyModel
     role: Role = "authority"
     stream_every: int = 1
+
+    def __init__(self, policy: Policy, latency: LatencyModel | str, role: Role = "authority",
+                 stream_every: int = 1) -> None:
+        self.policy, self.role, self.stream_every = policy, role, stream_every
+        # A preset's name or a file, as Executor(latency=...) takes it.
+        self.latency = LatencyModel.load(latency) if isinstance(latency, str) else latency
 
     def _model(self) -> ModelLatency | None:
         return self.latency.authority if self.role == "authority" else self.latency.speculator

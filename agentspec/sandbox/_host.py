@@ -96,7 +96,7 @@ class HostJail:
             *_bwrap_base(self.bwrap, self.tmp_bytes),
             "--bind", str(tree), WORKSPACE, "--chdir", WORKSPACE,
             "--ro-bind", str(RUNNER_FILE), f"{SANDBOX_DIR}/runner.py",
-            "--ro-bind", str(self.ops_file), f"{SANDBOX_DIR}/ops.py",
+            "--ro-bind", str(self.ops_file), f"{SANDBOX_DIR}/ops.py", *SEAL,
             SANDBOX_PYTHON, "-I", "-S", f"{SANDBOX_DIR}/runner.py",
         ])  # fmt: skip
 
@@ -110,6 +110,12 @@ class HostJail:
     def reaps(self) -> bool:
         """Whether the runner may kill leftovers with kill(-1): only inside a private PID namespace."""
         return self.kind == "bwrap"
+
+
+SEAL = ["--remount-ro", "/"]
+"""bubblewrap's last words before the command: the jail's root (bubblewrap's own tmpfs) read-only, so a call writes
+only to its tree and its bounded /tmp, never to an unbounded root in memory (mounts made earlier keep their own
+flags; device nodes still answer)."""
 
 
 def _bwrap_base(bwrap: str, tmp_bytes: int | None) -> list[str]:
@@ -138,13 +144,14 @@ async def host_jail(confinement: Confinement, ops_file: Path, tmp_bytes: int | N
     bwrap = find_bwrap()
     if bwrap is None:
         raise SnapshotError(
-            f"bubblewrap (bwrap) is not installed, and sandboxed tools never run unconfined: {INSTALL_BWRAP} "
-            "(or pass confinement='none' to run them unconfined, reported in every result)"
+            f"bubblewrap (bwrap) is not installed, and sandboxed tools never run unconfined: {INSTALL_BWRAP}, or "
+            "use a Docker sandbox (--backend docker; for an MCP server --mcp-sandbox docker); from Python, "
+            "confinement='none' runs them unconfined, reported in every result"
         )
     if not os.access(SANDBOX_PYTHON, os.X_OK):
         raise SnapshotError(f"the bubblewrap jail runs {SANDBOX_PYTHON}, which is missing: apt-get install python3")
     try:
-        result = await anyio.run_process([*_bwrap_base(bwrap, tmp_bytes), SANDBOX_PYTHON, "-c", "pass"], check=False)
+        result = await anyio.run_process([*_bwrap_base(bwrap, tmp_bytes), *SEAL, SANDBOX_PYTHON, "-c", "pass"], check=False)
     except OSError as exc:
         raise SnapshotError(f"bubblewrap at {bwrap} cannot be run: {exc}") from exc
     if result.returncode != 0:

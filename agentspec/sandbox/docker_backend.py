@@ -280,6 +280,10 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
     (the first the engine supports, see the module docstring) or one of them by name (``tmpfs`` works on any engine).
     """
 
+    resume_by = "replay"
+    """A resumed run runs the committed steps again on a fresh one (:data:`agentspec.snapshot.ResumeBy`): the live
+    state is made afresh for every episode and answers deterministically."""
+
     kind = "Docker"
 
     def __init__(

@@ -61,7 +61,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import secrets
+import stat
 import tempfile
 import weakref
 from abc import ABC, abstractmethod
@@ -90,6 +92,9 @@ from agentspec.types import Effect, Observation, Requestor, ToolCall
 
 Mode = Literal["overlay", "copy"]
 PREFIX = "agentspec-ws-"
+"""Scratch roots: ``agentspec-ws-<pid>-<start time>-<id>`` (the owner's pid and start time, then the backend's id)."""
+RUN_PREFIX = "agentspec-run-"
+"""Run folders (:func:`run_folder`): ``agentspec-run-<pid>-<start time>-<label>-<random>``."""
 
 
 class _Layer:
@@ -153,17 +158,63 @@ def default_scratch() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
+def scratch_bases() -> list[Path]:
+    """Every folder scratch roots are made in unless a backend is given its own: ``$AGENTSPEC_SCRATCH``, ``/dev/shm``
+    and the temp dir (which :func:`default_scratch` picks depends on the environment of the run that made them)."""
+    bases = [default_scratch(), Path("/dev/shm"), Path(tempfile.gettempdir())]
+    return [base for i, base in enumerate(bases) if base.is_dir() and base not in bases[:i]]
+
+
+def _owner_gone(pid: str, start: str) -> bool:
+    """Whether the process a scratch root's name records (``<pid>-<start time>``) is gone from this host."""
+    if not pid.isdigit():
+        return False  # not a name of ours
+    if start.isdigit():
+        return owner_dead(f"{owner_tag().split(':')[0]}:{pid}:{start}")
+    # No start time was readable when it was made (no /proc): only a pid that no process has is gone.
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def run_folder(label: str) -> Path:
+    """A new private folder in the temp dir for one run's files (a task's workspace source, its attachments, a
+    world's root), named with its owner: ``agentspec-run-<pid>-<start time>-<label>-<random>``.  The run removes it
+    as usual; when it was killed first (``kill -9`` runs no cleanup), the next call here sweeps it, as does
+    ``agentspec sandbox sweep`` (:func:`sweep_scratch`).  Blocking: call it through a worker thread."""
+    base = Path(tempfile.gettempdir())
+    sweep_scratch(base)
+    pid = os.getpid()
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)[:64]  # overlayfs refuses ',', ':' and '\\' in a source path
+    return Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{pid}-{start_time(pid)}-{safe}-", dir=base))
+
+
 def sweep_scratch(base: Path) -> list[Path]:
-    """Unmount and delete the scratch roots under ``base`` whose owning process is gone."""
+    """Unmount and delete what dead runs left under ``base``: scratch roots (``agentspec-ws-<pid>-<start>-<id>``,
+    each a backend's trees) and run folders (``agentspec-run-<pid>-<start>-...``, :func:`run_folder`) whose owning
+    process is gone, as a ``kill -9`` leaves them; never a live process's, nor another user's.  Returns what it
+    removed (a root whose mounts this process cannot unmount is left as it is)."""
     swept = []
-    host = owner_tag().split(":")[0]
-    for entry in base.glob(f"{PREFIX}*"):
-        parts = entry.name[len(PREFIX) :].split("-")
-        if len(parts) < 3 or not owner_dead(f"{host}:{parts[0]}:{parts[1]}"):
+    for entry in [*base.glob(f"{PREFIX}*"), *base.glob(f"{RUN_PREFIX}*")]:
+        parts = entry.name.removeprefix(PREFIX).removeprefix(RUN_PREFIX).split("-")
+        if len(parts) < 3 or not _owner_gone(parts[0], parts[1]):
+            continue
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
             continue
         _mounts.unmount_all(entry)
+        if _mounts.mounts_under(entry):  # another mount namespace's (or root's): deleting would go through them
+            continue
         remove_tree(entry)
-        swept.append(entry)
+        if not os.path.lexists(entry):
+            swept.append(entry)
     return swept
 
 
@@ -373,6 +424,10 @@ class OverlayBackend(ProgramCalls, LineageBackend[_Tree]):
     tree is visible at :attr:`workdir`; a sandbox's at ``sandbox.path``.
     ``mode``: ``"overlay"``, ``"copy"`` or ``"auto"`` (overlay where mounts are allowed).
     """
+
+    resume_by = "replay"
+    """A resumed run runs the committed steps again on a fresh one (:data:`agentspec.snapshot.ResumeBy`): the live
+    state is made afresh for every episode and answers deterministically."""
 
     kind = "overlay"
 

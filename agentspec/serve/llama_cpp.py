@@ -76,7 +76,7 @@ NO_PROMPT_LOGITS = (
 
 INSTALL_HINT = (
     "the llama-cpp engine needs llama-cpp-python's server: pip install 'agentspec[llama]' "
-    "(build flags for CPUs without AVX-512: see the README, 'llama.cpp')"
+    "(build flags for CPUs without AVX-512: see docs/serving.md, 'llama.cpp')"
 )
 
 Scope = MutableMapping[str, Any]

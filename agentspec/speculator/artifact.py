@@ -18,9 +18,10 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentspec.errors import ConfigError
+from agentspec.errors import ConfigError, first_problem
 from agentspec.speculator.model import SpeculatorModel
 from agentspec.speculator.trajectories import Trajectory
 from agentspec.types import canonical_json
@@ -98,25 +99,29 @@ def inputs_digest(trajectories: Sequence[Trajectory]) -> str:
 def load(path: str | Path) -> Artifact:
     """Read a speculator file; :class:`ConfigError` (one line) when it is missing, malformed or foreign."""
     file = Path(path)
+    if file.exists() and not file.is_file():  # a folder, or a FIFO that would block the read forever
+        raise ConfigError(f"{file} is not a speculator file: not a regular file")
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read speculator {file}: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file} is not a speculator file: not JSON ({exc})".replace("\n", " ")) from None
+    except RecursionError:
+        raise ConfigError(f"{file} is not a speculator file: its JSON is nested too deep to read") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise ConfigError(f"{file} is not a speculator file: format {found!r}, expected {FORMAT!r}")
     try:
         artifact = Artifact.model_validate(data)
+    except RecursionError:
+        raise ConfigError(f"{file} is a malformed speculator file: nested too deep") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(map(str, first["loc"]))
-        raise ConfigError(f"{file} is a malformed speculator file: {where}: {first['msg']}") from None
+        raise ConfigError(f"{file} is a malformed speculator file: {first_problem(exc)}") from None
     try:
         # Compile what prediction derives from the tables now, so a bad pattern fails here as one line, not
         # mid-run with a traceback.
         _ = artifact.model.typed._compiled
-    except (re.error, ValueError, TypeError) as exc:
+    except (re.error, regex.error, ValueError, TypeError) as exc:
         raise ConfigError(f"{file} is a malformed speculator file: model.value_patterns: {exc}".replace("\n", " ")) from None
     return artifact

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,12 @@ from agentspec.types import ToolSpec
 
 
 async def fit_bench(bench: Any, tasks: Sequence[Any], *, runs: Sequence[str] = (), gold: bool = True,
-                    min_reward: float | None = None, seed: int = 0, split: str | None = None) -> Artifact:
+                    min_reward: float | None = None, seed: int = 0, split: str | None = None,
+                    progress: Callable[[str], None] = lambda text: None) -> Artifact:
     """Fit on ``tasks`` of ``bench``: their gold calls (``gold``), their episodes in agentspec ``runs``, and every
     episode of recorded runs of real agents among ``runs`` (at least ``min_reward``: by default 1.0 for an
-    agentspec run, any for a recording: :func:`~agentspec.trajectories.read_runs`)."""
+    agentspec run, any for a recording: :func:`~agentspec.trajectories.read_runs`).  ``progress`` hears what
+    it is doing, a line at a time (the command line prints them)."""
     if not tasks:
         raise ConfigError("no tasks to fit a speculator on")
     table = bench.value_patterns()
@@ -43,10 +45,12 @@ async def fit_bench(bench: Any, tasks: Sequence[Any], *, runs: Sequence[str] = (
     first = candidate_probes(list(tools.values()), normalizer, [typed.find(task_text(bench, t)) for t in tasks], calls)
     samples = await first_observations(bench, tasks[:3], first, typed)
     probes = first + chained_probes(list(tools.values()), normalizer, first, samples, calls)
+    progress(f"replaying {len(tasks) if gold else 0} tasks' gold calls and {len(mined)} run episodes...")
     trajectories = await collect(bench, tasks, gold=gold, runs=mined, probes=probes, typed=typed,
                                  label=f"gold:{bench.name}/{split}")
     if not trajectories:
         raise ConfigError("nothing to fit a speculator on: no gold calls and no successful run episodes")
+    progress(f"fitting on {len(episodes(trajectories))} trajectories...")
     model = fit(trajectories, normalizer, table, probes)
     sources = ([f"gold:{bench.name}/{split}"] if gold else []) + [str(Path(r)) for r in runs]
     recordings: dict[str, set[str]] = {}

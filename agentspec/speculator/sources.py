@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentspec.normalize import ValuePattern
+from agentspec.normalize import BoundedPattern, ValuePattern
 from agentspec.speculator.features import json_leaves
 from agentspec.types import Observation, ToolCall, canonical_json
 
@@ -69,8 +69,8 @@ class Source(BaseModel):
         return canonical_json(data)
 
 
-def _searchable(pattern: ValuePattern) -> re.Pattern[str]:
-    return re.compile(rf"(?<![\w.])(?:{pattern.value.pattern})(?![\w])")
+def _searchable(pattern: ValuePattern) -> BoundedPattern:
+    return BoundedPattern(rf"(?<![\w.])(?:{pattern.value.pattern})(?![\w])", shown=pattern.value.pattern)
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class TypedValues:
     patterns: tuple[ValuePattern, ...]
 
     @cached_property
-    def _compiled(self) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    def _compiled(self) -> tuple[tuple[str, BoundedPattern], ...]:
         return tuple((p.type, _searchable(p)) for p in self.patterns if p.key is None)
 
     @cached_property

@@ -228,6 +228,10 @@ def reply_output(reply: Mapping[str, Any], error: type[AgentSpecError]) -> str:
 class AppWorldTools(LineageBackend[S]):
     """What every AppWorld backend shares: the tool table, calls as code, the worker's output as observations."""
 
+    resume_by = "replay"
+    """A resumed run runs the committed steps again on a fresh one (:data:`agentspec.snapshot.ResumeBy`): the live
+    state is made afresh for every episode and answers deterministically."""
+
     kind = "appworld"
 
     def __init__(self, tools: Mapping[str, ToolCode]) -> None:

@@ -38,7 +38,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -52,6 +51,7 @@ from pydantic import BaseModel
 
 from agentspec.bench.protocol import DONE, distractors, done_tool
 from agentspec.errors import ConfigError, DataError
+from agentspec.sandbox.overlay import run_folder
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import (
     Effect,
@@ -471,7 +471,8 @@ class AppWorldBench:
     async def open_backend(self, task: AppWorldTask, *, solo: bool) -> AsyncIterator[SnapshotBackend]:
         """A worker on a private root (``data`` linked to the user's), closed and removed on exit."""
         python = self.python
-        root = Path(await anyio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix=f"agentspec-appworld-{task.id}-")))
+        # Named with this process, so that what a killed run leaves is swept (agentspec sandbox sweep, the next run).
+        root = await anyio.to_thread.run_sync(run_folder, f"appworld-{task.id}")
         try:
             backend: AppWorldBackend | IsolatedAppWorldBackend
             if self.actions == "code":  # the agent's code runs in the worker: one jailed worker per branch

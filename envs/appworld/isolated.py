@@ -5,14 +5,18 @@ barrier (``().__class__.__base__.__subclasses__()`` leads to any module, hence t
 isolation of a speculative fork from live cannot live inside one process.  This backend gives every branch its
 own worker (:mod:`envs.appworld.worker`, holding only its ``live``), each in its own bubblewrap jail: new user,
 PID, network, IPC and UTS namespaces, no capabilities, the venv, the interpreter and the user's data read-only, a
-private AppWorld root and ``/tmp`` (size-capped, in memory), and RLIMIT_FSIZE on every file it writes on the host
-(its log, its ``/outbox``).  So whatever a fork's code does, it sees only its own process
+private AppWorld root and ``/tmp`` (size-capped, in memory), its own root and ``/dev`` read-only, and RLIMIT_FSIZE
+on every file it writes on the host (its log, its state).  Its ``/outbox`` is read-only but for one file, ``state``,
+a host file bound there: the one file of the outbox on the host, so a fork's outbox holds at most
+``max_state_bytes`` (:func:`jail_argv`), however many files its code tries to write there.  So whatever a fork's
+code does, it sees only its own process
 tree and its own pipe: it cannot change live's databases, signal live's worker (or agentspec), or write on live's
 pipe.  Its replies are still untrusted: bounded (:class:`~envs.appworld.backend.WorkerPipe`), and a fork's broken
 worker raises :class:`~agentspec.errors.SnapshotError`, which drops only that speculation.
 
-- snapshot: the branch's worker ``save``s its state to its own ``/outbox``; agentspec copies the file (opened
-  without following links, a regular file, bounded) into its own folder, so the jail keeps no handle on it;
+- snapshot: the branch's worker ``save``s its state to its own ``/outbox/state``; agentspec copies the file (opened
+  without following links, a regular file, bounded) into its own folder, so the jail keeps no handle on the copy,
+  and empties it;
 - fork: a worker started ahead (a *spare*, which loads the task while the episode goes on; the first one starts
   at the first snapshot) gets the snapshot hard-linked into its read-only ``/inbox`` and ``load``s it;
 - commit: the fork's worker becomes live's, and the old live worker is killed; discard: the fork's worker is
@@ -36,7 +40,7 @@ from typing import Any
 
 import anyio
 
-from agentspec.errors import EnvError, SnapshotError
+from agentspec.errors import AgentSpecError, EnvError, SnapshotError
 from agentspec.sandbox.parent_guard import guarded
 from envs.appworld.backend import MAX_REPLY_BYTES, WORKER, AppWorldTools, ToolCode, WorkerPipe, reply_output
 
@@ -46,6 +50,8 @@ TMP_BYTES = 256 * 1024**2
 """The size of a jail's private ``/tmp`` (in memory)."""
 ROOT_BYTES = 1024**3
 """The size of a jail's private AppWorld root (in memory; the user's data is mounted read-only inside it)."""
+SHM_BYTES = 16 * 1024**2
+"""The size of a jail's ``/dev/shm`` (in memory; the rest of ``/dev`` is read-only)."""
 PATH = "/usr/local/bin:/usr/bin:/bin"
 INSTALL_BWRAP = "apt-get install bubblewrap"
 USERNS_HINT = ("unprivileged user namespaces look disabled: enable them (`sysctl -w kernel.unprivileged_userns_clone=1` "
@@ -57,8 +63,10 @@ STATE = "state"
 
 def jail_argv(bwrap: str, python: Path, data: Path, home: Path, max_file_bytes: int = MAX_STATE_BYTES) -> list[str]:
     """bubblewrap running the worker with a tmpfs of :data:`ROOT_BYTES` as its AppWorld root (``data`` read-only
-    inside it), ``home/inbox`` read-only and ``home/outbox`` writable, every file it writes (its stderr log
-    included) at most ``max_file_bytes`` long.
+    inside it), ``home/inbox`` read-only, and one writable file on the host, ``home/outbox/state`` (made by
+    :func:`make_home`), as ``/outbox/state`` in a read-only ``/outbox``; every file it writes (its stderr log
+    included) at most ``max_file_bytes`` long.  Its root and ``/dev`` are read-only too (bubblewrap leaves them
+    writable, in memory, with no size cap); its ``/tmp``, AppWorld root and ``/dev/shm`` are size-capped tmpfs.
 
     The caller's uid is kept inside (not a fixed one): the venv, the interpreter and the data are the user's files,
     readable by their owner only, perhaps.  Capabilities are dropped and every namespace is new, so that uid reaches
@@ -78,24 +86,37 @@ def jail_argv(bwrap: str, python: Path, data: Path, home: Path, max_file_bytes: 
         bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
         "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
         "--symlink", "usr/lib64", "/lib64", "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
-        "--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp", *binds,
+        "--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+        "--size", str(TMP_BYTES), "--tmpfs", "/tmp", *binds,
         "--ro-bind", str(WORKER), "/agentspec/worker.py",
         "--size", str(ROOT_BYTES), "--tmpfs", JAIL_ROOT, "--ro-bind", str(data.resolve()), f"{JAIL_ROOT}/data",
-        "--ro-bind", str(home / "inbox"), INBOX, "--bind", str(home / "outbox"), OUTBOX, "--chdir", JAIL_ROOT,
+        "--ro-bind", str(home / "inbox"), INBOX,
+        # The outbox: a small tmpfs holding the state file's mount point, made read-only after the bind.
+        "--size", str(64 * 1024), "--tmpfs", OUTBOX, "--bind", str(home / "outbox" / STATE), f"{OUTBOX}/{STATE}",
+        "--remount-ro", OUTBOX, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", JAIL_ROOT,
         "--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
         "--setenv", "APPWORLD_ROOT", JAIL_ROOT, "--setenv", "PYTHONUNBUFFERED", "1",
         str(python), "-I", "/agentspec/worker.py",
     ], file_bytes=max_file_bytes)  # fmt: skip
 
 
+def make_home(home: Path) -> None:
+    """A worker's folder: ``inbox`` (read-only in the jail) and ``outbox`` holding the empty file ``state``, the one
+    file the jail may write there."""
+    for part in ("inbox", "outbox"):
+        (home / part).mkdir(parents=True)
+    os.close(os.open(home / "outbox" / STATE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+
+
 def copy_out(outbox: Path, target: Path, limit: int = MAX_STATE_BYTES) -> None:
     """Copy the regular file ``outbox/state`` (written in a jail) to ``target``, never following a link the jail
-    may have put there, and remove it.  SnapshotError when it is not a regular file or is over ``limit`` bytes."""
+    may have put there, and empty it (the jail writes the next state into the same file: it is bound there).
+    SnapshotError when it is not a regular file or is over ``limit`` bytes; it is emptied then too."""
     folder = os.open(outbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         try:
             # O_NONBLOCK: a FIFO put in its place must not block the open.
-            source = os.open(STATE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+            source = os.open(STATE, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
         except OSError as exc:
             what = "a link" if exc.errno == errno.ELOOP else exc.strerror
             raise SnapshotError(f"the AppWorld worker's saved state cannot be read ({what})") from None
@@ -114,10 +135,27 @@ def copy_out(outbox: Path, target: Path, limit: int = MAX_STATE_BYTES) -> None:
             target.unlink(missing_ok=True)
             raise
         finally:
+            if stat.S_ISREG(os.fstat(source).st_mode):
+                os.ftruncate(source, 0)  # nothing of it is kept on the host, copied or not
             os.close(source)
-        os.unlink(STATE, dir_fd=folder)
     finally:
         os.close(folder)
+
+
+def empty_outbox(outbox: Path) -> int:
+    """Empty ``outbox/state`` (never following a link); the bytes it held (0 when it is not a regular file)."""
+    try:
+        fd = os.open(outbox / STATE, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return 0
+        os.ftruncate(fd, 0)
+        return info.st_size
+    finally:
+        os.close(fd)
 
 
 class _StateFile:
@@ -156,8 +194,7 @@ class IsolatedAppWorldBackend(AppWorldTools[WorkerPipe]):
         """A new jailed worker, loading the task (a sandbox's until it is committed)."""
         assert self._bwrap is not None
         home = self.root / f"worker-{next(self._ids)}"
-        for part in ("inbox", "outbox"):
-            (home / part).mkdir(parents=True)
+        await anyio.to_thread.run_sync(make_home, home)
         argv = jail_argv(self._bwrap, self.python, self.data, home, max_file_bytes=self.max_state_bytes)
         worker = WorkerPipe(argv, env={"PATH": PATH}, cwd=home,
                             log_path=home.with_suffix(".log"), max_reply_bytes=self.max_reply_bytes,
@@ -220,10 +257,18 @@ class IsolatedAppWorldBackend(AppWorldTools[WorkerPipe]):
 
     async def _freeze(self, state: WorkerPipe) -> _StateFile:
         await self._replenish()  # forks are coming: start loading the first one's worker now
-        await state.request("save", branch="live", path=f"{OUTBOX}/{STATE}")
+        outbox = self._homes[state] / "outbox"
+        try:
+            await state.request("save", branch="live", path=f"{OUTBOX}/{STATE}")
+        except AgentSpecError as exc:
+            written = await anyio.to_thread.run_sync(empty_outbox, outbox)
+            if written >= self.max_state_bytes:
+                raise state.error(f"the branch's state is over the {self.max_state_bytes:,} bytes its outbox may hold "
+                                  f"(max_state_bytes), and was not saved: {exc}") from None
+            raise
         target = self.root / f"snapshot-{next(self._ids)}"
         try:
-            await anyio.to_thread.run_sync(copy_out, self._homes[state] / "outbox", target, self.max_state_bytes)
+            await anyio.to_thread.run_sync(copy_out, outbox, target, self.max_state_bytes)
         except SnapshotError as exc:
             raise state.error(str(exc)) from None
         return _StateFile(self, target)

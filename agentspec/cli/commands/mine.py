@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
+import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ import anyio
 from agentspec.assembly import model_policy
 from agentspec.bench.registry import open_bench
 from agentspec.bench.roles import open_roles
+from agentspec.cli.commands.speculator import prepare_replay
 from agentspec.cli.flags import bench_options
 from agentspec.cli.mine import DEFAULT_TEMPERATURE
 from agentspec.errors import ConfigError
@@ -48,14 +50,14 @@ from agentspec.mining.labelling import (
     sample_continuations,
     training_states,
 )
-from agentspec.mining.normalize import Normalizer, patterns_from_table
-from agentspec.mining.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_runs
+from agentspec.normalize import Normalizer, patterns_from_table
 from agentspec.run_spec import RunSpec, learned_speculator
 from agentspec.runtime.modes import noisy_oracle_p
 from agentspec.runtime.policies import NoisyOracleSpeculator, Policy
 from agentspec.speculator.artifact import load as load_speculator
 from agentspec.speculator.policy import LearnedSpeculator
 from agentspec.speculator.trajectories import task_text
+from agentspec.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_runs
 from agentspec.types import canonical_json
 from agentspec.user_files import out_dir
 
@@ -165,6 +167,10 @@ def mine_command(args: argparse.Namespace) -> dict[str, Any]:
     noisy_p = noisy_oracle_p(args.speculator_model)
     bench = open_bench(args.bench, args.data_dir, backend=getattr(args, "backend", None),
                        options=bench_options(getattr(args, "bench_option", [])))
+    prepare_replay(bench, "agentspec mine")
+    started = time.perf_counter()
+    inputs = ([] if args.no_gold else [f"the {args.split} split's gold calls"]) + [str(run) for run in args.runs]
+    _progress(args, f"reading trajectories from {', '.join(inputs)}...")
     trajectories, counts, sources = _trajectories(args, bench)
     _progress(args, f"{counts['used']} trajectories ({counts['gold']} gold, {counts['runs']} from runs)")
 
@@ -200,6 +206,8 @@ def mine_command(args: argparse.Namespace) -> dict[str, Any]:
         macros=macros,
     )
     library.save(args.out)
+    _progress(args, f"kept {len(macros)} of {len(candidates)} candidates in {time.perf_counter() - started:.1f} s, "
+                    f"written to {args.out}")
     lengths: dict[str, int] = {}
     for macro in macros:
         lengths[str(len(macro.steps))] = lengths.get(str(len(macro.steps)), 0) + 1

@@ -30,9 +30,11 @@ def build_command(args: argparse.Namespace) -> dict[str, Any]:
 def sweep_command(args: argparse.Namespace) -> dict[str, Any]:
     from agentspec.errors import SnapshotError
     from agentspec.sandbox import _docker
-    from agentspec.sandbox.overlay import default_scratch, sweep_scratch
+    from agentspec.sandbox.overlay import scratch_bases, sweep_scratch
 
-    result: dict[str, Any] = {"scratch": len(sweep_scratch(default_scratch()))}
+    # Scratch roots (agentspec-ws-*) of overlay/copy backends and run folders (agentspec-run-*) whose run is gone,
+    # wherever runs put them.
+    result: dict[str, Any] = {"scratch": sum(len(sweep_scratch(base)) for base in scratch_bases())}
     try:
         client = _docker.connect()
     except SnapshotError as exc:

@@ -18,13 +18,14 @@ import argparse
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
 from agentspec.bench.protocol import recording_at
 from agentspec.bench.registry import open_bench
 from agentspec.cli.flags import bench_options
+from agentspec.cli.progress import Progress
 from agentspec.errors import ConfigError
 from agentspec.speculator.artifact import load
 from agentspec.speculator.command import fit_bench
@@ -34,10 +35,31 @@ from agentspec.speculator.score import cross_validate, score_runs, score_tasks, 
 from agentspec.speculator.trajectories import run_trajectories
 
 
-def _bench(args: argparse.Namespace) -> Any:
+@runtime_checkable
+class ReplayGuarded(Protocol):
+    """A bench whose tasks' calls must not, or may only under conditions, be replayed by the commands that replay
+    them (``agentspec mine``, ``agentspec speculator fit|score``): the ``mcp`` bench, whose server outside a sandbox
+    is the user's live world."""
+
+    def prepare_replay(self, command: str) -> None:
+        """Ready the bench for ``command``, or refuse it with one ConfigError line."""
+        ...
+
+
+def prepare_replay(bench: object, command: str) -> None:
+    """Let ``bench`` refuse, or ready itself for, ``command``, which replays its tasks' calls (a bench whose live
+    state is the user's world, such as an MCP server outside a sandbox, refuses with one ConfigError line)."""
+    if isinstance(bench, ReplayGuarded):
+        bench.prepare_replay(command)
+
+
+def _bench(args: argparse.Namespace, command: str) -> Any:
     """The bench opened as a run opens it: its ``--backend`` and ``--bench-option`` settings included (a bad
-    ``KEY=VALUE`` is a usage error before any data is read)."""
-    return open_bench(args.bench, args.data_dir, backend=args.backend, options=bench_options(args.bench_option))
+    ``KEY=VALUE`` is a usage error before any data is read), readied for ``command``, which replays its tasks'
+    calls (one line where it must not: an MCP server outside a sandbox)."""
+    bench = open_bench(args.bench, args.data_dir, backend=args.backend, options=bench_options(args.bench_option))
+    prepare_replay(bench, command)
+    return bench
 
 
 def held_out_tasks(bench: Any, recordings: Sequence[str]) -> set[str]:
@@ -59,20 +81,23 @@ def fit_command(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--out {args.out} is a folder: give the speculator's file name, e.g. {out / 'spec.json'}")
     if args.no_gold and not args.runs:
         raise ConfigError("--no-gold leaves nothing to fit on: give --runs DIR")
-    bench = _bench(args)
+    bench = _bench(args, "agentspec speculator fit")
     tasks = bench.tasks(args.split)
     held = held_out_tasks(bench, getattr(args, "hold_out", None) or [])
     if held:  # their gold calls stay out, so the speculator can be scored and run on those recordings
         tasks = [t for t in tasks if t.id not in held]
         if not tasks and not args.runs:
             raise ConfigError(f"--hold-out leaves none of the {args.split} split's tasks to fit on")
+    progress = Progress("speculator fit", enabled=not getattr(args, "no_progress", False))
     started = time.perf_counter()
     artifact = anyio.run(lambda: fit_bench(bench, tasks, runs=args.runs, gold=not args.no_gold,
-                                           min_reward=args.min_reward, seed=args.seed, split=args.split))
+                                           min_reward=args.min_reward, seed=args.seed, split=args.split,
+                                           progress=progress))
     fit_s = time.perf_counter() - started
     cap = getattr(args, "lookahead_cap", None)
     artifact.model.lookahead_cap = cap  # where it fits: every use of the file (runs, mining, scoring) obeys it
     artifact.save(out)
+    progress(f"fitted in {fit_s:.1f} s: {len(artifact.model.rules)} rules, written to {out}")
     model = artifact.model
     return {"speculator": str(out), "bench": args.bench, "split": args.split,
             "trajectories": artifact.fitted_on.trajectories, "calls": artifact.fitted_on.calls,
@@ -89,7 +114,7 @@ def score_command(args: argparse.Namespace) -> dict[str, Any]:
     if args.runs and (args.folds is not None or args.learn_online):
         raise ConfigError("--runs scores a --speculator FILE against run episodes: not with --folds or --learn-online")
     artifact = load(args.speculator) if args.speculator else None
-    bench = _bench(args)
+    bench = _bench(args, "agentspec speculator score")
     tasks = bench.tasks(args.split, limit=args.limit)
     cap = getattr(args, "lookahead_cap", None)
     if cap is None and artifact is not None:

@@ -28,6 +28,7 @@ import pytest
 
 mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'agentspec[mcp]')")
 from mcp import MCPError  # noqa: E402 - after the skip above
+from test_mcp_jail import _real  # noqa: E402 - the reference servers, found (or skipped) one way
 
 from agentspec.mcp_proxy.cache import PreExecutions, call_key  # noqa: E402
 from agentspec.mcp_proxy.stats import ProxyStats  # noqa: E402
@@ -95,17 +96,6 @@ def replay(argv: Sequence[str], calls: Sequence[Call], *, think_s: float = THINK
 
 def stats_of(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _real(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        reason = (f"{name} is not installed (pip install mcp-server-git / npm install -g "
-                  "@modelcontextprotocol/server-filesystem, in a venv or prefix of its own)")
-        if os.environ.get("AGENTSPEC_REQUIRE_MCP_SERVERS") == "1":  # .ci/run installs them: never skip there
-            pytest.fail(f"{reason} [AGENTSPEC_REQUIRE_MCP_SERVERS=1: this test must run here]", pytrace=False)
-        pytest.skip(reason)
-    return found
 
 
 # --------------------------------------------------------------------------- recorded sessions

@@ -37,6 +37,7 @@ after which it stops with a :class:`FileReadError`.
 
 from __future__ import annotations
 
+import abc
 import csv
 import importlib
 import io
@@ -434,7 +435,7 @@ class _WholePartArchive(zipfile.ZipFile):
         return b"".join(chunks)
 
 
-class _Subtrees(_XmlEvents):
+class _Subtrees(_XmlEvents, abc.ABC):
     """Builds each element named ``tag`` whose parent is named ``parent`` (a row of a sheet, a shared string) as an
     ElementTree element, hands it to :meth:`done` and forgets it: one in memory at a time, whatever the part's size.
 
@@ -478,8 +479,9 @@ class _Subtrees(_XmlEvents):
         if self.open:
             self.open[-1][1].append(data)
 
+    @abc.abstractmethod
     def done(self, element: Any) -> None:
-        raise NotImplementedError
+        """Take one whole element (each subclass keeps what it needs of it)."""
 
 
 def _main(local: str) -> str:

@@ -40,7 +40,7 @@ if typing.TYPE_CHECKING:
     from agentspec.runtime.conversation import SAY, User, UserTurn
     from agentspec.runtime.latency import LatencyModel
     from agentspec.runtime.modes import Mode
-    from agentspec.runtime.policies import Decision, Policy
+    from agentspec.runtime.policies.protocol import Decision, Policy
     from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
     from agentspec.snapshot import InProcessBackend, LineageBackend, Sandbox, SnapshotBackend
     from agentspec.tools import Toolkit, render_result, spec_from_function, tool
@@ -122,7 +122,7 @@ _EXPORTS: dict[str, str] = {
     "BenchTask": "agentspec.bench.protocol",
     "ConfigError": "agentspec.errors",
     "DataError": "agentspec.errors",
-    "Decision": "agentspec.runtime.policies",
+    "Decision": "agentspec.runtime.policies.protocol",
     "Effect": "agentspec.types",
     "EnvError": "agentspec.errors",
     "Environment": "agentspec.env",
@@ -143,7 +143,7 @@ _EXPORTS: dict[str, str] = {
     "Observation": "agentspec.types",
     "Outcome": "agentspec.assembly",
     "Results": "agentspec.results",
-    "Policy": "agentspec.runtime.policies",
+    "Policy": "agentspec.runtime.policies.protocol",
     "ReplayMismatch": "agentspec.errors",
     "RunResult": "agentspec.api",
     "RunSpec": "agentspec.run_spec",

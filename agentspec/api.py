@@ -26,19 +26,26 @@ or talking to the outside world: only their ``read_only`` ones are ever run
 speculatively), any :class:`~agentspec.env.Environment`, or any
 :class:`~agentspec.snapshot.SnapshotBackend` (Docker, overlay filesystem,
 SQLite...).  The authority and speculator are :class:`ModelConfig` endpoints
-(any OpenAI-compatible server) or your own :class:`~agentspec.runtime.policies.Policy`; the speculator may also be
+(any OpenAI-compatible server) or your own :class:`~agentspec.runtime.policies.protocol.Policy`; the speculator may also be
 a learned one, ``"learned:FILE"`` (a file of ``agentspec speculator fit``: fitted tables, no model), or a list of
 speculators asked in turn where the ones before abstain, each under the governor::
 
     executor = Executor(Shop(), authority=ModelConfig.for_role("agent"),
                         speculator=["learned:runs/spec.json", ModelConfig.for_role("speculator")], spec_width=2)
+
+An executor runs on the pipeline ``agentspec run`` runs on: the environment and the tasks given to it are a bench
+(:class:`~agentspec.bench.user_tasks.UserTasks`), its endpoints are opened by
+:func:`~agentspec.bench.roles.open_roles`, and each task is one job of :func:`agentspec.batch.run_mode`, with the
+same run log, resume, cassette, governor and results.  :func:`run` runs a :class:`RunSpec`; the command line's
+``run`` is that function.
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
+import time
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -46,38 +53,39 @@ from typing import Any, Self
 import anyio
 
 from agentspec import pipeline
-from agentspec.assembly import Parts, build_loop
-from agentspec.bench.protocol import DONE_WITH_ANSWER, Bench
+from agentspec.assembly import ModeResult, Outcome, mode_governor
+from agentspec.batch import LocalStrategy, ModeRun, job_key, run_mode
+from agentspec.bench.episode import Episode, LoggedEpisode
+from agentspec.bench.protocol import Bench
+from agentspec.bench.roles import GivenRole, OpenRoles, PolicyMaker, open_roles
+from agentspec.bench.user_tasks import DEFAULT_PROMPT, UserTasks, task_key
 from agentspec.env import Environment, StateSnapshot, ToolkitEnvironment
 from agentspec.errors import ConfigError
+from agentspec.learned_speculator.runs import model_at
 from agentspec.macros import MacroLibrary
-from agentspec.models import ModelClient, ModelConfig
+from agentspec.models import ModelConfig
 from agentspec.results import Results
-from agentspec.run_spec import RunSpec, learned_speculator
+from agentspec.run_spec import RunSpec, SporkSettings, learned_speculator
 from agentspec.runtime.config import MacroCommit, SporkConfig
 from agentspec.runtime.executor import CommittedStep, ExecutionResult
-from agentspec.runtime.governor import Governor, SpeculatorPanel
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.modes import Mode
-from agentspec.runtime.policies import LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
-from agentspec.runtime.probe import FENCED_OPENING, LLMProber
-from agentspec.runtime.runlog import RunLog, TaskLog, locked_out
-from agentspec.runtime.simulated import Role, SimulatedLatency
+from agentspec.runtime.policies.protocol import Policy
+from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING
+from agentspec.runtime.runlog.lock import locked_out
+from agentspec.runtime.runlog.replay import TaskLog
+from agentspec.runtime.runlog.writer import RunLog
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
-from agentspec.speculator.runs import learned_speculator_for, model_at
 from agentspec.tools import Toolkit, render_result, spec_from_function
 from agentspec.types import Effect, Observation, Requestor, TerminationReason, ToolCall, ToolSpec
 
-DEFAULT_PROMPT = (
-    "You are an agent that completes the user's task by calling tools, one call per turn. "
-    "When the task is complete, call `done` with your final answer."
-)
-DONE = DONE_WITH_ANSWER
+__all__ = ["DEFAULT_PROMPT", "Executor", "FunctionEnvironment", "RunResult", "Speculator", "as_backend", "run",
+           "task_key"]
 
-
-Speculator = ModelConfig | Policy | str
-"""One speculator of the Python API: a model endpoint, your own policy, or ``"learned:FILE"``."""
+Speculator = ModelConfig | Policy | PolicyMaker | str
+"""One speculator of the Python API: a model endpoint (a :class:`ModelConfig`, or ``"URL"`` / ``"URL#MODEL"``), your
+own policy, or ``"learned:FILE"``."""
 
 
 class FunctionEnvironment:
@@ -135,55 +143,65 @@ class RunResult:
     governor: dict[str, Any] | None = None
     """The governor's report after this task, over every task of the executor so far (:meth:`Governor.report`: per
     speculator its cost, saving and whether it is paused); None without a governor."""
+    episode: Episode | LoggedEpisode | None = None
+    """The episode as ``results.json`` records it (reward, timings, the executor's figures and timeline)."""
 
     @property
     def metrics(self) -> dict[str, Any]:
         return self.result.metrics.as_dict()
 
 
-def task_key(task: str) -> str:
-    """A task's key in the run log: the sha256 of its whole text (no two tasks share one)."""
-    return "task-" + hashlib.sha256(task.encode()).hexdigest()
-
-
-def _logged_result(logged: TaskLog) -> RunResult:
+def _logged_result(logged: TaskLog, episode: LoggedEpisode) -> RunResult:
     """A finished task's result, read back from the run log."""
     steps = logged.committed()
-    record = logged.result or {}
+    record = (episode.stored.get("evaluation") or {})
     try:
-        termination = TerminationReason(record.get("termination", TerminationReason.AGENT_STOP.value))
+        termination = TerminationReason(episode.stored.get("termination") or TerminationReason.AGENT_STOP.value)
     except ValueError as exc:
         raise ConfigError(f"the run log's result has an unknown termination: {exc}") from exc
-    result = ExecutionResult(steps, termination, ExecutionMetrics(), Timeline(), record.get("note"), record.get("final"))
+    result = ExecutionResult(steps, termination, ExecutionMetrics(), Timeline(), None, None)
     answer = record.get("answer")
-    return RunResult(steps, str(answer) if answer is not None else None, result)
+    return RunResult(steps, str(answer) if answer is not None else None, result, None, episode)
 
 
 class Executor:
-    """Run tasks with an authoritative model and a speculator.
+    """Run your tasks with an authoritative model and a speculator, on the same pipeline as ``agentspec run``.
 
     Modes: ``sequential``, ``sa``, ``smc``, and ``spork`` or ``X+spork`` (probes of the authority's own
     endpoint, which must be able to continue a final assistant message, as vLLM and ``agentspec serve`` do).
 
-    ``speculator``: a :class:`ModelConfig`, a :class:`Policy`, ``"learned:FILE"`` (a learned speculator: ranked
-    guesses from fitted tables in microseconds, its read-only look-ahead run in forks of the environment), or a list
-    of them, asked in turn where the ones before abstain.  ``spec_width``: guesses executed per chain position, each
-    in its own fork (the head guess and the next ``spec_width - 1`` ranked alternatives).  ``governor``: measure each
+    ``authority``: a :class:`ModelConfig` or an endpoint as ``--agent-model`` takes it (``"URL"``,
+    ``"URL#MODEL"``): opened once, checked, recorded or replayed like a ``--agent-model`` endpoint; or your own
+    :class:`Policy`.  ``speculator``: a :class:`ModelConfig`, an endpoint, a :class:`Policy`, ``"learned:FILE"``
+    (a learned speculator: ranked guesses from fitted tables in microseconds, its read-only
+    look-ahead run in forks of the environment), or a list of them, asked in turn where the ones before abstain.
+    ``spec_width``: guesses executed per chain position, each in its own fork.  ``governor``: measure each
     speculator's cost to the authority and its saving across this executor's tasks, and pause one that costs more
     than it saves (:attr:`RunResult.governor` says so).  ``l_min``, ``macro_commit``: SMC's smallest macro commit
-    (in skipped decisions) and whether the authority verifies a fired macro's chain (``verified``) or not
-    (``trusted``), as ``--l-min`` and ``--macro-commit``; checked by the same rules as :class:`RunSpec`.
+    and whether the authority verifies a fired macro's chain, as ``--l-min`` and ``--macro-commit``.  ``record`` /
+    ``replay``: a folder every model response is recorded to, or answered from, as ``--record`` / ``--replay``.
 
-    ``log``: a run-log file that makes runs exactly-once across crashes (see :meth:`run`).  The live state is
-    checkpointed after every commit as data: the environment's JSON state where it implements
-    :class:`agentspec.checkpoint.JsonState`, otherwise its pickled state signed with a per-user key.
+    ``out``: a folder, as ``--out``: its run log (``run-<mode>.log.jsonl``) makes runs exactly-once across crashes
+    (see :meth:`run`), and ``results.json`` is written there when the executor closes.  The folder is held by this
+    executor while it is open.  The live state is checkpointed after every commit as data: the environment's JSON
+    state where it implements :class:`agentspec.checkpoint.JsonState`, otherwise its pickled state signed with a
+    per-user key.
+
+    Open it once for many tasks (the endpoints are opened and checked once)::
+
+        async with Executor(Shop(), authority=..., speculator=...) as executor:
+            first = await executor.run("Buy a kettle")
+            second = await executor.run("Return it")
+        executor.results()          # both tasks, as agentspec run's results.json has them
+
+    :meth:`run` outside ``async with`` (and :meth:`run_sync`) opens and closes it around the one task.
     """
 
     def __init__(
         self,
         env: Any,
         *,
-        authority: ModelConfig | Policy,
+        authority: ModelConfig | Policy | PolicyMaker | str,
         speculator: Speculator | Sequence[Speculator] | None = None,
         mode: str = "sa",
         macros: MacroLibrary | str | Path | None = None,
@@ -191,114 +209,125 @@ class Executor:
         system_prompt: str = DEFAULT_PROMPT,
         depth: int = 4,
         max_calls: int = 50,
-        log: str | Path | None = None,
+        out: str | Path | None = None,
         spork: SporkConfig | None = None,
         probe_opening: str = FENCED_OPENING,
         spec_width: int = 1,
         governor: bool = True,
         l_min: int = 1,
         macro_commit: MacroCommit = "verified",
+        record: str | Path | None = None,
+        replay: str | Path | None = None,
     ) -> None:
         self.backend = as_backend(env)
-        self.authority, self.speculator = authority, speculator
-        self.speculators = _speculator_list(speculator)
+        self.bench = UserTasks(self.backend, system_prompt=system_prompt)
+        self.authority = _endpoint("agent", authority) if isinstance(authority, str) else authority
+        self.speculator = speculator
+        speculators = _speculator_list(speculator)
         self.mode = Mode.parse(mode)
-        if self.mode.speculates and not self.speculators:
+        if self.mode.speculates and not speculators:
             raise ConfigError(f"mode {self.mode.name} needs a speculator")
-        self.spec = RunSpec.of(modes=[self.mode], depth=depth, max_calls=max_calls, latency_model=latency,
-                               spec_width=spec_width, governor=governor, l_min=l_min, macro_commit=macro_commit)
-        self.names = _speculator_names(self.speculators)
-        # One governor for every task of this executor: its evidence accumulates across them, as over a CLI mode.
-        self.governor = Governor(self.names) if governor and self.mode.speculates and self.speculators else None
-        self.spork_config = spork or SporkConfig()
-        self.probe_opening = probe_opening
+        names = [_speculator_name(source) for source in speculators]
+        self.given: dict[str, GivenRole] = {"agent": self.authority} | {
+            _speculator_role(i): source for i, source in enumerate(speculators, 1) if not isinstance(source, str)}
+        self.spec = RunSpec.of(modes=[self.mode], solo=True, depth=depth, max_calls=max_calls, latency_model=latency,
+                               spec_width=spec_width, governor=governor, l_min=l_min, macro_commit=macro_commit,
+                               speculator_model=names[0] if names else None, more_speculators=names[1:],
+                               spork=_spork_settings(spork, probe_opening), out=str(out) if out else None,
+                               resume=out is not None, record=str(record) if record else None,
+                               replay=str(replay) if replay else None, progress=False)
+        self.governor = mode_governor(self.spec, self.mode)
+        """One governor for every task of this executor: its evidence accumulates across them, as over a CLI mode."""
         self.macros = MacroLibrary.load(macros) if isinstance(macros, (str, Path)) else macros
-        self.latency = self.spec.latency
-        self.system_prompt = system_prompt
-        self.log_path = Path(log) if log else None
+        self._stack: AsyncExitStack | None = None
+        self._roles: OpenRoles | None = None
+        self._episodes: list[Episode | LoggedEpisode] = []
+        self._wall_s = 0.0
+
+    async def __aenter__(self) -> Self:
+        if self._stack is not None:
+            raise ConfigError("this Executor is already open: open it once, then run each task inside")
+        stack = AsyncExitStack()
+        try:
+            if self.spec.out:
+                stack.enter_context(locked_out(self.spec.out))
+            self._roles = await stack.enter_async_context(open_roles(self.spec, solo=True, given=self.given))
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        stack, self._stack, self._roles = self._stack, None, None
+        try:
+            if self.spec.out and self._episodes:
+                self.results().save(self.spec.out, self.bench)
+        finally:
+            if stack is not None:
+                await stack.aclose()
 
     async def run(self, task: str, *, task_id: str | None = None) -> RunResult:
-        """Work on ``task`` until the authority calls ``done``.
+        """Work on ``task`` until the authority calls ``done``; the episode is played, scored and logged as
+        ``agentspec run`` plays a bench's task (one batch of one job).
 
-        With ``log``, the run is exactly-once across crashes: a task the log shows finished is not run again
+        With ``out``, the run is exactly-once across crashes: a task the log shows finished is not run again
         (its logged result comes back), and an unfinished one continues after its last committed step, from
         the state that step left, so no committed effect is applied twice.  A task is keyed in the log by
-        ``task_id``, by default a hash of the whole task text.
+        ``task_id``, by default a hash of the whole task text.  A failure of the episode (a model's malformed
+        output, a dead endpoint) is raised.
         """
-        key = task_id or task_key(task)
-        logged = RunLog.read(self.log_path).get(key) if self.log_path else None
-        if logged is not None and logged.result is not None:
-            return _logged_result(logged)
-        async with AsyncExitStack() as stack:
-            tools = self.backend.tool_specs() + [DONE]
-            prompt = f"{self.system_prompt}\n\nTask: {task}"
-            authority = await self._policy(self.authority, stack, prompt, tools, "authority")
-            prober = None
-            if self.mode.spork:
-                if not isinstance(authority, LLMPolicy):
-                    raise ConfigError("SPORK probes the authority's own endpoint: give the authority as a ModelConfig")
-                prober = LLMProber.of(authority, opening=self.probe_opening)
-            parts = Parts(authority, prober=prober, governor=self.governor)
-            members = [(name, await self._speculator(source, stack, prompt, tools, parts))
-                       for name, source in zip(self.names, self.speculators, strict=True)]
-            if len(members) == 1 and self.governor is None:
-                parts.speculator = members[0][1]
-            elif members:
-                parts.speculator = SpeculatorPanel(members, self.governor)
-            log = RunLog(self.log_path) if self.log_path else None
-            if log is not None:
-                stack.callback(log.close)
-            loop = build_loop(self.spec, self.mode, self.backend, parts, macros=self.macros, log=log, task_id=key,
-                              spork=self.spork_config)
-            if logged is not None:
-                loop.resume(logged)
-            result = await loop.run()
-            answer = (result.final or {}).get("answer")
-            if log is not None:
-                log.finish(key, {"answer": answer, "final": result.final, "termination": result.termination.value,
-                                 "note": result.note})
-        report = self.governor.report() if self.governor is not None else None
-        return RunResult(result.steps, str(answer) if answer is not None else None, result, report)
+        if self._roles is None:
+            async with self:
+                return await self.run(task, task_id=task_id)
+        job = (self.bench.add(task, task_id), 0)
+        batch = ModeRun.of(self._roles.spec, self.mode, self.bench, self.macros)
+        strategy = LocalStrategy(self._roles.clients, self.governor, policies=self._roles.policies)
+        started = time.perf_counter()
+        (episode,) = await run_mode(batch, [job], strategy)
+        self._wall_s += time.perf_counter() - started
+        self._episodes.append(episode)
+        if isinstance(episode, Episode) and episode.failure is not None:
+            raise episode.failure
+        return self._result(episode, job_key(job))
 
-    def run_sync(self, task: str) -> RunResult:
+    def run_sync(self, task: str, *, task_id: str | None = None) -> RunResult:
         """:meth:`run` for code that is not async."""
-        return anyio.run(self.run, task)
+        return anyio.run(functools.partial(self.run, task, task_id=task_id))
 
-    async def _speculator(self, source: Speculator, stack: AsyncExitStack, prompt: str, tools: list[ToolSpec],
-                          parts: Parts) -> Policy:
-        """One speculator's policy for a task; a learned one reads the task's prompt and gets look-ahead through
-        the task's backend once the loop is built (``parts.on_backend``)."""
-        if not isinstance(source, str):
-            return await self._policy(source, stack, prompt, tools, "speculator")
-        # Validated in __init__: a learned speculator's file.  Its tables are read once per file (model_at).
-        speculator, attach = learned_speculator_for(_learned_file(source), prompt, latency=self.latency,
-                                                    virtual=False, seed=self.spec.seed,
-                                                    width=max(3, self.spec.spec_width))
-        parts.on_backend.append(attach)
-        return speculator
+    def results(self) -> Results:
+        """Every task this executor ran, as :class:`~agentspec.results.Results` (what ``agentspec run`` writes
+        to ``results.json``: the spec, the mode's figures, each episode's record)."""
+        tasks = [self.bench.task(e.task_id) for e in self._episodes]
+        mode = ModeResult(list(self._episodes), self._wall_s, self.governor.report() if self.governor else None)
+        return Outcome(self.spec, self.bench, tasks, {self.mode.name: mode}, self.macros, None, self._wall_s).results()
 
-    async def _policy(self, source: ModelConfig | Policy, stack: AsyncExitStack, prompt: str, tools: list[ToolSpec],
-                      role: Role) -> Policy:
-        """A model's policy (the authority makes every call of a multi-call answer), or the policy given; the
-        scripted oracles take the latency model's time for ``role`` (a model's time is real)."""
-        if isinstance(source, ModelConfig):
-            client = await stack.enter_async_context(ModelClient(source))
-            return LLMPolicy(client, prompt, tools, queue_extra_calls=role == "authority")
-        if self.latency is not None and isinstance(source, (OracleAuthority, NoisyOracleSpeculator)):
-            stream_every = self.spork_config.probe_every if role == "authority" else 1
-            return SimulatedLatency(source, self.latency, role, stream_every)
-        return source
+    def _result(self, episode: Episode | LoggedEpisode, key: str) -> RunResult:
+        report = self.governor.report() if self.governor is not None else None
+        if isinstance(episode, Episode):
+            assert episode.result is not None  # a played episode that did not fail has its loop's result
+            answer = (episode.result.final or {}).get("answer")
+            return RunResult(episode.result.steps, str(answer) if answer is not None else None, episode.result,
+                             report, episode)
+        path = ModeRun.of(self.spec, self.mode, self.bench).log_path
+        assert path is not None  # a logged episode comes from the run log in ``out``
+        return _logged_result(RunLog.read(path)[key], episode)
 
 
-def run(spec: RunSpec, bench: Bench[Any] | None = None) -> Results:
+def run(spec: RunSpec, bench: Bench[Any] | None = None, *,
+        annotate: Callable[[Results, Outcome], None] | None = None) -> Results:
     """Run ``spec`` (every mode over the same tasks, see :func:`agentspec.pipeline.run`) and return its
     :class:`~agentspec.results.Results`; with ``spec.out``, also written there (``results.json`` and the bench's
-    own formats), as ``agentspec run --out`` writes them.  ``bench``: your own
-    :class:`~agentspec.bench.protocol.Bench` object; by default the one registered as ``spec.bench``."""
-    outcome = pipeline.run(spec, bench)
-    results = outcome.results()
-    if spec.out:
-        with locked_out(spec.out):  # the run held the folder; so does its last file
+    own formats), as ``agentspec run`` writes them, the folder held from the first log record to the last file.
+    ``bench``: your own :class:`~agentspec.bench.protocol.Bench` object; by default the one registered as
+    ``spec.bench``.  ``annotate``: called with the results and the run's outcome before they are written (the
+    command line adds its baseline comparison there)."""
+    with locked_out(spec.out) if spec.out else nullcontext():
+        outcome = pipeline.run(spec, bench)
+        results = outcome.results()
+        if annotate is not None:
+            annotate(results, outcome)
+        if spec.out:
             results.save(spec.out, outcome.bench)
     return results
 
@@ -320,18 +349,42 @@ def _speculator_list(speculator: Speculator | Sequence[Speculator] | None) -> li
     if speculator is None:
         return []
     listed = list(speculator) if isinstance(speculator, Sequence) and not isinstance(speculator, str) else [speculator]
+    listed = [_endpoint("speculator", s) if isinstance(s, str) and s.startswith(URL_PREFIXES) else s for s in listed]
     for source in listed:
         if isinstance(source, str):
             model_at(_learned_file(source))
     return listed
 
 
-def _speculator_names(speculators: Sequence[Speculator]) -> list[str]:
-    """What the governor's report calls each speculator: a learned one's flag value, a model's name, a policy's
-    class; a repeated name gets ``#N``."""
-    names: list[str] = []
-    for source in speculators:
-        name = source if isinstance(source, str) else (
-            (source.model or "model") if isinstance(source, ModelConfig) else type(source).__name__)
-        names.append(name if name not in names else f"{name}#{len(names) + 1}")
-    return names
+URL_PREFIXES = ("http://", "https://")
+
+
+def _endpoint(role: str, text: str) -> ModelConfig:
+    """An endpoint given as text, as ``--ROLE-model`` takes it: ``URL`` or ``URL#MODEL``."""
+    if not text.startswith(URL_PREFIXES):
+        raise ConfigError(f"{role} {text!r}: give an endpoint as URL or URL#MODEL, a ModelConfig, or a Policy")
+    return ModelConfig.for_role(role, text, env={})
+
+
+def _speculator_name(source: Speculator) -> str:
+    """What the run calls a speculator (the governor's report, the spec): a learned one's ``learned:FILE``, a
+    model's name, a policy's class (a repeated name gets ``#N`` there)."""
+    if isinstance(source, str):
+        return source
+    if isinstance(source, ModelConfig | PolicyMaker):
+        config = source if isinstance(source, ModelConfig) else source.config
+        return config.model or "model"
+    return type(source).__name__
+
+
+def _speculator_role(position: int) -> str:
+    """The role of the speculator asked ``position``-th: ``speculator``, then ``speculator2``..."""
+    return "speculator" if position == 1 else f"speculator{position}"
+
+
+def _spork_settings(spork: SporkConfig | None, opening: str) -> SporkSettings:
+    """The spec's SPORK settings from the API's: its knobs, and the opening text as the spec names it."""
+    openings = {FENCED_OPENING: "fenced", HERMES_OPENING: "hermes"}
+    if opening not in openings:
+        raise ConfigError("probe_opening: give agentspec.runtime.probe.FENCED_OPENING or HERMES_OPENING")
+    return SporkSettings(**(spork or SporkConfig()).model_dump(), probe_opening=openings[opening])

@@ -22,44 +22,47 @@ knows one bench from another.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentspec.bench.episode import Episode, LoggedEpisode
 from agentspec.bench.protocol import Bench, ModeFigures, RecordedRuns, has_user, solo_calls, user_of
-from agentspec.bench.registry import BENCHES, shipped_macros
 from agentspec.bench.registry import bench_data as registry_bench_data
+from agentspec.bench.registry import bench_names, shipped_macros
+from agentspec.bench.roles import PolicyMaker
 from agentspec.errors import AgentSpecError, ConfigError
+from agentspec.learned_speculator.artifact import load as load_speculator
+from agentspec.learned_speculator.online import OnlineLearner
+from agentspec.learned_speculator.policy import LearnedSpeculator
+from agentspec.learned_speculator.runs import episode_speculator, fitted_for
+from agentspec.learned_speculator.trajectories import task_text
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
 from agentspec.models.cassette import ReplayMiss
 from agentspec.results import Results, summarize
 from agentspec.run_spec import RunSpec, learned_speculator
+from agentspec.runtime.config import ExecutorConfig, SporkConfig
 from agentspec.runtime.conversation import User, scripted_turns, steps_trajectory
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
-from agentspec.runtime.governor import Governor, GovernorConfig, SpeculatorPanel
+from agentspec.runtime.executor import ExecutionLoop
+from agentspec.runtime.governor.evidence import GovernorConfig
+from agentspec.runtime.governor.panel import SpeculatorPanel
+from agentspec.runtime.governor.rule import Governor
 from agentspec.runtime.latency import LatencyModel
-from agentspec.runtime.metrics import ExecutionMetrics, aggregate
+from agentspec.runtime.metrics import ExecutionMetrics
 from agentspec.runtime.modes import Mode
-from agentspec.runtime.policies import DONE, LLMPolicy, NoisyOracleSpeculator, OracleAuthority, Policy
+from agentspec.runtime.policies.llm import LLMPolicy
+from agentspec.runtime.policies.protocol import Policy
+from agentspec.runtime.policies.scripted import DONE, NoisyOracleSpeculator, OracleAuthority
 from agentspec.runtime.probe import FENCED_OPENING, HERMES_OPENING, LLMProber, Prober, SimulatedProber
 from agentspec.runtime.real_time import real_time_backend
-from agentspec.runtime.recorded import (
-    RecordedAuthority,
-    RecordedEpisode,
-    RecordedUser,
-    Recording,
-    observation_mismatches,
-)
-from agentspec.runtime.runlog import RunLog, TaskLog
-from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency
-from agentspec.runtime.spork import SporkConfig
+from agentspec.runtime.recorded_agent import RecordedAuthority, RecordedUser
+from agentspec.runtime.recording import RecordedEpisode, Recording, observation_mismatches
+from agentspec.runtime.runlog.replay import TaskLog
+from agentspec.runtime.runlog.writer import RunLog
+from agentspec.runtime.simulated import Role, SimulatedLatency, SimulatedProbeLatency
+from agentspec.runtime.summary import aggregate
 from agentspec.snapshot import SnapshotBackend
-from agentspec.speculator.artifact import load as load_speculator
-from agentspec.speculator.online import OnlineLearner
-from agentspec.speculator.runs import episode_speculator, fitted_for
-from agentspec.speculator.trajectories import task_text
 from agentspec.trajectories import trajectory_from_messages
 from agentspec.types import TerminationReason, ToolCall, Trajectory
 
@@ -198,9 +201,9 @@ def mode_governor(spec: RunSpec, mode: Mode) -> Governor | None:
     return Governor(speculator_names(spec), config)
 
 
-def govern(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: dict[str, ModelClient], parts: Parts,
+def govern(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: Mapping[str, ModelClient], parts: Parts,
            governor: Governor | None, *, solo: bool, distractors: Sequence[ToolCall] | None = None,
-           trial: int = 0) -> Parts:
+           trial: int = 0, policies: Mapping[str, Policy | PolicyMaker] | None = None) -> Parts:
     """``parts`` with its speculator made a :class:`SpeculatorPanel` of the spec's speculators, in order (each
     further one built as :func:`episode_parts` builds the first), under ``governor``.  Unchanged when there is
     nothing to govern or combine."""
@@ -212,7 +215,12 @@ def govern(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: dic
         alone = spec.model_copy(update={"speculator_model": model, "speculator_base_url": None, "more_speculators": []})
         role = f"speculator{i}"
         own = {**clients, "speculator": clients[role]} if role in clients else clients
-        own_parts = episode_parts(alone, mode, bench, task, own, solo=solo, distractors=distractors, trial=trial)
+        given = {**(policies or {})}
+        given.pop("speculator", None)
+        if role in given:
+            given["speculator"] = given[role]
+        own_parts = episode_parts(alone, mode, bench, task, own, solo=solo, distractors=distractors, trial=trial,
+                                  policies=given)
         assert own_parts.speculator is not None
         members.append((names[i - 1], own_parts.speculator))
         parts.on_backend.extend(own_parts.on_backend)  # a further learned speculator looks ahead too
@@ -220,10 +228,25 @@ def govern(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: dic
     return parts
 
 
+def assemble(spec: RunSpec, mode: Mode, bench: Bench[Any], job: tuple[Any, int], clients: Mapping[str, ModelClient],
+             *, solo: bool, distractors: Sequence[ToolCall] | None = None, governor: Governor | None = None,
+             learner: OnlineLearner | None = None, policies: Mapping[str, Policy | PolicyMaker] | None = None) -> Parts:
+    """One episode's parts, whole: :func:`episode_parts` for the job (a task and its trial), the learned speculator
+    answering from ``learner``'s tables when the mode learns online, and every speculator under ``governor``
+    (:func:`govern`)."""
+    task, trial = job
+    parts = episode_parts(spec, mode, bench, task, clients, solo=solo, distractors=distractors, trial=trial,
+                          policies=policies)
+    if learner is not None and isinstance(parts.speculator, LearnedSpeculator):
+        parts.speculator.model = learner.model  # this run's tables, updated as its tasks finish
+    return govern(spec, mode, bench, task, clients, parts, governor, solo=solo, distractors=distractors, trial=trial,
+                  policies=policies)
+
+
 def macros_path(spec: RunSpec) -> str | None:
     """The library smc uses: ``spec.macros``, else the bench's shipped one when a mode is smc."""
     uses = any(m.base == "smc" for m in spec.modes)
-    return spec.macros or (str(shipped_macros(spec.bench)) if uses and spec.bench in BENCHES else None)
+    return spec.macros or (str(shipped_macros(spec.bench)) if uses and spec.bench in bench_names() else None)
 
 
 def load_macros(spec: RunSpec) -> tuple[str | None, MacroLibrary | None]:
@@ -251,10 +274,26 @@ def model_policy(spec: RunSpec, client: ModelClient, prompt: str, tools: list, *
                      predicted_hints=role == "authority" and bool(spec.speculator_hints))
 
 
-def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: dict[str, ModelClient],
-                  *, solo: bool, distractors: Sequence[ToolCall] | None = None, trial: int = 0) -> Parts:
+def given_policy(spec: RunSpec, given: Policy | PolicyMaker, role: Role, client: ModelClient | None,
+                 task: Any) -> Policy:
+    """A policy of your own in ``role`` (or made now for ``task`` from the role's ``client``): the scripted oracles
+    take the latency model's time (a model's is real)."""
+    if isinstance(given, PolicyMaker):
+        assert client is not None  # open_roles opened the maker's endpoint under its role
+        return given.make(client, task)
+    policy = given
+    if spec.latency is not None and isinstance(policy, (OracleAuthority, NoisyOracleSpeculator)):
+        return SimulatedLatency(policy, spec.latency, role, spec.spork.probe_every if role == "authority" else 1)
+    return policy
+
+
+def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: Mapping[str, ModelClient],
+                  *, solo: bool, distractors: Sequence[ToolCall] | None = None, trial: int = 0,
+                  policies: Mapping[str, Policy | PolicyMaker] | None = None) -> Parts:
     """Authority, speculator, prober and user for ``task`` (its ``trial``) in ``mode``, as the spec says.
-    ``distractors``: the bench's, read once for a whole run by the caller (asked of the bench when not given)."""
+    ``distractors``: the bench's, read once for a whole run by the caller (asked of the bench when not given);
+    ``policies``: roles given as policies of your own (:attr:`~agentspec.bench.roles.OpenRoles.policies`)."""
+    policies = policies or {}
     prompt = bench.system_prompt(task, solo=solo) + (f"\n\n{spec.instructions}" if spec.instructions else "")
     tools = bench.tools(task, solo=solo)
     simulated = spec.latency or LatencyModel()  # scripted models take the latency model's time (none without one)
@@ -268,7 +307,10 @@ def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clien
     authority: Policy
     replayed = spec.replay is not None  # a replayed model is simulated too: it takes the latency model's time
     model: LLMPolicy | None = None
-    if oracle:
+    if "agent" in policies:
+        authority = given_policy(spec, policies["agent"], "authority", clients.get("agent"), task)
+        model = authority if isinstance(authority, LLMPolicy) else None
+    elif oracle:
         authority = SimulatedLatency(OracleAuthority(gold), simulated, "authority", spec.spork.probe_every)
     elif recorded is not None:
         authority = recorded_authority(spec, recorded, solo)
@@ -285,6 +327,8 @@ def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clien
                                                solo=solo)
             parts.speculator = learned
             parts.on_backend.append(hook)
+        elif "speculator" in policies:
+            parts.speculator = given_policy(spec, policies["speculator"], "speculator", clients.get("speculator"), task)
         elif spec.noisy_p is not None:
             noisy = NoisyOracleSpeculator(gold, spec.noisy_p, distractors, task_id=task.id, seed=spec.seed)
             parts.speculator = SimulatedLatency(noisy, simulated, "speculator")
@@ -292,6 +336,8 @@ def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clien
             speculator = model_policy(spec, clients["speculator"], prompt, tools, solo=solo, role="speculator")
             parts.speculator = SimulatedLatency(speculator, simulated, "speculator") if replayed else speculator
     if mode.spork:
+        if "agent" in policies and model is None:
+            raise ConfigError("SPORK probes the authority's own endpoint: give the authority as a ModelConfig")
         if model is None:
             probe = SimulatedProber(gold, spec.spork.probe_accuracy, distractors, task_id=task.id, seed=spec.seed)
             parts.prober = SimulatedProbeLatency(probe, simulated)
@@ -394,7 +440,7 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
         loop = build_loop(spec, mode, backend, parts, macros=macros, log=log, task_id=f"{task.id}#{trial}")
         if resumed is not None:
             loop.resume(resumed)
-        error = evaluation = None
+        error = evaluation = result = failure = None
         trajectory = Trajectory(task_id=task.id)
         try:
             result = await loop.run()
@@ -406,7 +452,7 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
         except ReplayMiss:
             raise  # a replay that lacks an answer replays nothing: the whole run is wrong, not this episode
         except AgentSpecError as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            error, failure = f"{type(exc).__name__}: {exc}", exc
             if not trajectory.messages:  # what was committed before the failure stays in the record
                 partial = steps_trajectory(task.id, loop.steps, TerminationReason.AGENT_ERROR)
                 trajectory = partial.model_copy(update={"termination": None})
@@ -426,7 +472,8 @@ async def run_episode(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, p
                                  "termination": recorded.termination.value if recorded.termination else None,
                                  "duration_s": recorded.duration_s}
     timings = {"wall_s": time.perf_counter() - started, "simulated_wall_s": loop.metrics.wall_s}
-    return Episode(task.id, trial, trajectory, evaluation, timings, error, execution)
+    return Episode(task.id, trial, trajectory, evaluation, timings, error, execution,
+                   result=result if failure is None else None, failure=failure)
 
 
 def online_learner(spec: RunSpec) -> OnlineLearner | None:

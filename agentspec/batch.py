@@ -12,37 +12,38 @@ Either way one episode is :meth:`ModeRun.play`: its parts built, played and scor
 
 * the run log: :func:`log_path`, :func:`log_config` (the settings a resume must match, with the files they name
   taken by content: the macro library, the cassette a replay answers from) and :func:`prior_log` (resume);
-* the clock: :func:`on_clock`, trio's virtual clock when every model is simulated, else the wall clock; a Ray
-  worker plays on the clock its driver runs on (:attr:`ModeRun.virtual_clock`).
+* the clock a mode plays on: :attr:`ModeRun.virtual_clock`, the one its run is on
+  (:func:`agentspec.virtual_clock.on_clock`), which a Ray worker plays on too.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, cast
 
-import anyio
-
-from agentspec.assembly import episode_parts, govern, is_solo, learn_from, macros_path, run_episode
+from agentspec.assembly import assemble, is_solo, learn_from, macros_path, run_episode
 from agentspec.bench.episode import Episode, LoggedEpisode
 from agentspec.bench.protocol import Bench
+from agentspec.bench.roles import PolicyMaker
 from agentspec.bench.runner import run_jobs
 from agentspec.data import sha256_file
 from agentspec.errors import ConfigError
+from agentspec.learned_speculator.online import OnlineLearner
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
 from agentspec.models.cassette import FILE as CASSETTE_FILE
 from agentspec.results import results_file
 from agentspec.run_spec import RunSpec, learned_speculator
-from agentspec.runtime.governor import Governor
+from agentspec.runtime.governor.rule import Governor
 from agentspec.runtime.modes import Mode
+from agentspec.runtime.policies.protocol import Policy
 from agentspec.runtime.real_time import virtual_clock
-from agentspec.runtime.runlog import RunLog, TaskLog, data_digest
-from agentspec.speculator.online import OnlineLearner
-from agentspec.speculator.policy import LearnedSpeculator
+from agentspec.runtime.runlog.records import data_digest
+from agentspec.runtime.runlog.replay import TaskLog
+from agentspec.runtime.runlog.writer import RunLog
 from agentspec.types import ToolCall
 
 Job = tuple[Any, int]
@@ -50,7 +51,6 @@ Job = tuple[Any, int]
 Result = Episode | LoggedEpisode
 Play = Callable[[Job, TaskLog | None], Awaitable[Result]]
 """Plays one job, given what the run log holds of it unfinished (None: nothing)."""
-T = TypeVar("T")
 
 
 def job_key(job: Job) -> str:
@@ -62,19 +62,6 @@ def job_key(job: Job) -> str:
 def logged_episode(task_id: str, stored: dict[str, Any]) -> LoggedEpisode:
     """The episode an earlier run finished, from its logged record (what ``results.json`` keeps of it)."""
     return LoggedEpisode(task_id, stored["reward"], stored.get("error"), stored)
-
-
-# --- the clock --------------------------------------------------------------------------------
-
-
-def on_clock(main: Callable[..., Awaitable[T]], *args: Any, virtual: bool) -> T:
-    """``main(*args)`` run to its end on trio's virtual clock (a ``MockClock`` that jumps to the next deadline:
-    simulated time, no waiting) when ``virtual``, else on the wall clock."""
-    if virtual:
-        from trio.testing import MockClock
-
-        return anyio.run(main, *args, backend="trio", backend_options={"clock": MockClock(autojump_threshold=0)})
-    return anyio.run(main, *args)
 
 
 # --- the run log -------------------------------------------------------------------------------
@@ -162,23 +149,19 @@ class ModeRun:
     def log_config(self) -> dict[str, Any]:
         return log_config(self.spec, self.mode)
 
-    async def play(self, job: Job, clients: dict[str, ModelClient], *, log: RunLog | None = None,
+    async def play(self, job: Job, clients: Mapping[str, ModelClient], *, log: RunLog | None = None,
                    resumed: TaskLog | None = None, governor: Governor | None = None,
-                   learner: OnlineLearner | None = None) -> Episode:
+                   learner: OnlineLearner | None = None, policies: Mapping[str, Policy | PolicyMaker] | None = None) -> Episode:
         """One job played, scored and, with ``log``, its result logged (continuing ``resumed``, what the log holds
-        of it unfinished); ``governor``/``learner``: the mode's, when it has them."""
-        spec, mode, bench = self.spec, self.mode, self.bench
-        task, trial = job
-        parts = episode_parts(spec, mode, bench, task, clients, solo=self.solo, distractors=self.distractors,
-                              trial=trial)
-        if learner is not None and isinstance(parts.speculator, LearnedSpeculator):
-            parts.speculator.model = learner.model  # this run's tables, updated as its tasks finish
-        parts = govern(spec, mode, bench, task, clients, parts, governor, solo=self.solo, distractors=self.distractors,
-                       trial=trial)
-        episode = await run_episode(spec, mode, bench, task, parts, trial=trial, macros=self.macros, log=log,
-                                    resumed=resumed)
+        of it unfinished); ``governor``/``learner``: the mode's, when it has them; ``policies``: roles given as
+        policies of your own."""
+        task, _ = job
+        parts = assemble(self.spec, self.mode, self.bench, job, clients, solo=self.solo, distractors=self.distractors,
+                         governor=governor, learner=learner, policies=policies)
+        episode = await run_episode(self.spec, self.mode, self.bench, task, parts, trial=job[1], macros=self.macros,
+                                    log=log, resumed=resumed)
         if learner is not None:
-            learn_from(learner, bench, task, episode)
+            learn_from(learner, self.bench, task, episode)
         if log is not None:
             log.finish(job_key(job), episode.record(), data_digest(task))
         return episode
@@ -205,15 +188,19 @@ class Strategy(Protocol):
 class LocalStrategy:
     """Every episode in this process (``spec.concurrency`` at once), logged to the mode's one run log."""
 
-    clients: dict[str, ModelClient]
+    clients: Mapping[str, ModelClient]
     governor: Governor | None = None
     learner: OnlineLearner | None = None
+    policies: Mapping[str, Policy | PolicyMaker] = field(default_factory=dict)
+    """Roles given as policies of your own (the Python API's)."""
+    previous: dict[str, TaskLog] | None = None
+    """The mode's run log as the run checked it before its first task (None: read it here)."""
 
     def in_flight(self, run: ModeRun, jobs: Sequence[Job]) -> int:
         return run.spec.concurrency
 
     def prior(self, run: ModeRun, jobs: Sequence[Job]) -> dict[str, TaskLog]:
-        previous = prior_log(run.spec, run.mode, jobs)
+        previous = self.previous if self.previous is not None else prior_log(run.spec, run.mode, jobs)
         if run.log_path is not None and not run.spec.resume:
             run.log_path.unlink(missing_ok=True)  # an earlier run's log, which prior_log let through: overwrite, or empty
         return previous
@@ -225,7 +212,7 @@ class LocalStrategy:
 
         async def play(job: Job, resumed: TaskLog | None) -> Result:
             return await run.play(job, self.clients, log=log, resumed=resumed, governor=self.governor,
-                                  learner=self.learner)
+                                  learner=self.learner, policies=self.policies)
 
         try:
             yield play

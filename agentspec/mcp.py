@@ -88,7 +88,7 @@ from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
 
 __all__ = [
     "SANDBOX_KINDS", "MCPBackend", "MCPDockerToolkit", "MCPServer", "MCPSandboxToolkit", "MCPToolkit", "SandboxKind",
-    "sandboxed_toolkit",
+    "Session", "connection_closed", "render", "sandboxed_toolkit", "transport",
 ]
 
 SandboxKind = Literal["overlay", "copy", "docker"]
@@ -165,8 +165,8 @@ class _CallFailed(Exception):
 Transport = Callable[[], AbstractAsyncContextManager[Any]]
 
 
-class _Session:
-    """One MCP client session, run by a task of its own.
+class Session:
+    """One MCP client session, run by a task of its own (the toolkits' and the MCP proxy's upstream connections).
 
     The SDK's transports and sessions are context managers holding task groups, so they must be entered and left
     by one task; calls come from many (the live branch, every fork).  The owner task holds the session open until
@@ -237,7 +237,7 @@ class _Session:
         except mcp.MCPError as exc:
             # Connection closed: the server exited under the call.  Any other code is the server refusing the call
             # (unknown tool, bad arguments): the session itself is fine.
-            closed = exc.code == _connection_closed()
+            closed = exc.code == connection_closed()
             if closed or self.done.is_set():
                 raise _CallFailed(f"the MCP server {self.label} exited during the call to {name!r}; it will be "
                                   "started again for the next call", broken=True) from exc
@@ -253,7 +253,7 @@ class _Session:
         if not isinstance(result, mcp.types.CallToolResult):
             raise _CallFailed(f"the MCP server {self.label} answered {name!r} with a {type(result).__name__}, not a "
                               "tool result", broken=False)
-        return _render(result), bool(result.is_error)
+        return render(result), bool(result.is_error)
 
     def stop(self) -> None:
         """Ask the owner task to close the session (the SDK stops a stdio server's process); returns at once."""
@@ -270,7 +270,9 @@ class _Session:
             await self.done.wait()
 
 
-def _connection_closed() -> int:
+def connection_closed() -> int:
+    """The MCP error code of a connection that closed under a request (the server exited): the SDK's
+    ``CONNECTION_CLOSED``, imported when asked (the SDK is an optional dependency)."""
     from mcp.types import CONNECTION_CLOSED
 
     return int(CONNECTION_CLOSED)
@@ -310,7 +312,7 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else type(exc).__name__
 
 
-def _render(result: Any) -> str:
+def render(result: Any) -> str:
     """A tool result as the text an agent sees: its text blocks, a line for each other block, or its structure."""
     parts: list[str] = []
     for block in result.content:
@@ -415,7 +417,7 @@ class _SessionGroup:
             self._host = host
         return self.group
 
-    async def _leave_group(self, sessions: Sequence[_Session]) -> None:
+    async def _leave_group(self, sessions: Sequence[Session]) -> None:
         host, self._host, self.group = self._host, None, None
         for session in sessions:
             session.stop()
@@ -451,7 +453,7 @@ class _ServerTools:
 class _Link:
     """The live server connection every branch of an unforkable server shares (restarted after a failure)."""
 
-    session: _Session | None = None
+    session: Session | None = None
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
@@ -536,10 +538,10 @@ class MCPToolkit(_ServerTools, _SessionGroup, LineageBackend[_Link]):
         self._forget_sandboxes()
         await self._leave_group([link.session] if link is not None and link.session is not None else [])
 
-    async def _connect(self, link: _Link) -> _Session:
+    async def _connect(self, link: _Link) -> Session:
         if self.group is None:
             raise EnvError(f"the MCP toolkit for {self.server.label} is closed")
-        session = _Session(lambda: _transport(self.server), self.server, self.server.label)
+        session = Session(lambda: transport(self.server), self.server, self.server.label)
         await session.open(self.group)
         link.session = session
         self._specs = {tool["name"]: self._spec(tool) for tool in session.tools}
@@ -586,13 +588,13 @@ class MCPToolkit(_ServerTools, _SessionGroup, LineageBackend[_Link]):
         return live
 
 
-def _drop_session(link: _Link, session: _Session) -> None:
+def _drop_session(link: _Link, session: Session) -> None:
     session.stop()
     if link.session is session:
         link.session = None
 
 
-async def _observe(session: _Session, call: ToolCall, requestor: Requestor, on_broken: Callable[[], None],
+async def _observe(session: Session, call: ToolCall, requestor: Requestor, on_broken: Callable[[], None],
                    timeout_s: float | None = None, on_timeout: Callable[[], None] | None = None) -> Observation:
     """One call through ``session`` as an observation; a session that broke is dropped (``on_broken``), and one
     that ran past its deadline (``timeout_s``, default the server's) is reported to ``on_timeout`` too."""
@@ -610,7 +612,7 @@ async def _observe(session: _Session, call: ToolCall, requestor: Requestor, on_b
 
 
 @asynccontextmanager
-async def _transport(server: MCPServer, argv: Sequence[str] | None = None, cwd: str | None = None,
+async def transport(server: MCPServer, argv: Sequence[str] | None = None, cwd: str | None = None,
                      env: Mapping[str, str] | None = None, guard: bool = True) -> AsyncIterator[Any]:
     """The SDK's stdio or streamable HTTP transport for ``server`` (``argv``: run this instead of its command).
 
@@ -674,7 +676,7 @@ class _ServerPerTree(_ServerTools, _SessionGroup, ABC):
 
     kind = "mcp-sandbox"
     unlisted = Effect.MUTATING  # a tool it never listed runs only in a fork until committed, like any sandbox tool
-    _servers: weakref.WeakKeyDictionary[Any, _Session]
+    _servers: weakref.WeakKeyDictionary[Any, Session]
 
     def _init_servers(self, server: MCPServer, lookahead_timeout_s: float | None = None,
                       slow_tools: set[str] | None = None) -> None:
@@ -736,7 +738,7 @@ class _ServerPerTree(_ServerTools, _SessionGroup, ABC):
         return await _observe(session, call, requestor, session.stop, min(limit, self.server.call_timeout_s),
                               lambda: self.slow_tools.add(call.name))
 
-    async def _server_for(self, state: Any) -> _Session:
+    async def _server_for(self, state: Any) -> Session:
         """The server running over ``state``, started on first use (the caller holds the state's branch lock).
 
         A broken server is replaced only once it is gone: one server per state at a time (the Docker toolkit's
@@ -748,7 +750,7 @@ class _ServerPerTree(_ServerTools, _SessionGroup, ABC):
             await session.ended()
         if self.group is None:
             raise EnvError(f"the MCP sandbox for {self.server.label} is closed")
-        session = _Session(self._server_transport(state), self.server, self.server.label)
+        session = Session(self._server_transport(state), self.server, self.server.label)
         await session.open(self.group)
         self._servers[state] = session
         return session
@@ -827,11 +829,11 @@ class MCPSandboxToolkit(_ServerPerTree, _overlay_backend()):  # type: ignore[mis
 
     def _server_transport(self, tree: Any) -> Transport:
         argv, cwd = self._argv(tree.view)
-        return lambda: _transport(self.server, argv, cwd, guard=False)
+        return lambda: transport(self.server, argv, cwd, guard=False)
 
     def _argv(self, view: Path) -> tuple[list[str], str]:
         """The guarded, jailed command line for a server over ``view``, and the directory it starts in."""
-        from agentspec.sandbox._host import SEAL
+        from agentspec.sandbox.confinement import SEAL
         from agentspec.sandbox.parent_guard import guarded
 
         if self._command_line is None:
@@ -847,7 +849,7 @@ class MCPSandboxToolkit(_ServerPerTree, _overlay_backend()):  # type: ignore[mis
 
         The arguments stay the server's own (relative ones relative to its working directory, the tree), but for
         the program file an interpreter runs, which is this host's (module docstring)."""
-        from agentspec.sandbox._host import PATH, _bwrap_base
+        from agentspec.sandbox.confinement import PATH, bwrap_base
 
         executable = _host_executable(self.server.executable(), str(self._here), self.server.env.get("PATH"))
         args = list(self.server.args)
@@ -866,7 +868,7 @@ class MCPSandboxToolkit(_ServerPerTree, _overlay_backend()):  # type: ignore[mis
             reads.add_file(program[1])
         path = ":".join([*dict.fromkeys(reads.bins), PATH])
         env = [word for key, value in self.server.env.items() for word in ("--setenv", key, value)]
-        return [*_bwrap_base(jail.bwrap, jail.tmp_bytes), *reads.binds(), "--setenv", "PATH", path, *env], \
+        return [*bwrap_base(jail.bwrap, jail.tmp_bytes), *reads.binds(), "--setenv", "PATH", path, *env], \
             [executable, *args]
 
 
@@ -881,7 +883,7 @@ class MCPDockerToolkit(_ServerPerTree, _docker_backend()):  # type: ignore[misc]
     (:mod:`agentspec.mcp_docker` says how it runs there, and in which image).
 
     ``source``: the live workspace's initial files; ``image``: the sandbox image (default: the development image,
-    ``envs/sandboxes/dev.toml``, built once); ``packages``: the distributions copied in for a Python server;
+    ``agentspec/sandbox/definitions/dev.toml``, built once); ``packages``: the distributions copied in for a Python server;
     ``lookahead_timeout_s`` and ``slow_tools``: the bound on calls in forks (:mod:`agentspec.mcp`); the
     other options are :class:`~agentspec.sandbox.docker_backend.DockerBackend`'s (``limits``, ``commit_mode``,
     ``client``, ``disk_cap``...).
@@ -908,7 +910,7 @@ class MCPDockerToolkit(_ServerPerTree, _docker_backend()):  # type: ignore[misc]
     async def start(self) -> None:
         """Build (or find) the runtime image, start the live container and its server, and read the tools."""
         from agentspec.mcp_docker import dev_image, runtime_image
-        from agentspec.sandbox import _docker
+        from agentspec.sandbox import containers
 
         if self.group is not None:
             return
@@ -916,9 +918,9 @@ class MCPDockerToolkit(_ServerPerTree, _docker_backend()):  # type: ignore[misc]
         assert server.command is not None
         try:
             if self._client is None:
-                self._client = await anyio.to_thread.run_sync(_docker.connect)
-            base = self.base_image or await _docker.call("building the development image", dev_image, self._client)
-            self.runtime = await _docker.call("preparing the MCP server's image", runtime_image, self.api, base,
+                self._client = await anyio.to_thread.run_sync(containers.connect)
+            base = self.base_image or await containers.call("building the development image", dev_image, self._client)
+            self.runtime = await containers.call("preparing the MCP server's image", runtime_image, self.api, base,
                                               server.command, server.args, server.env, packages=self.packages,
                                               program=_program_file(server.command, server.args, self._here))
         except BaseException:

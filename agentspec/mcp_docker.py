@@ -67,9 +67,9 @@ import docker.errors
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from agentspec.errors import ConfigError, EnvError, SnapshotError
-from agentspec.sandbox import _docker
-from agentspec.sandbox._docker import IMAGE, LABEL, MOUNTS, OWNER
-from agentspec.sandbox._owner import owner_tag
+from agentspec.sandbox import containers
+from agentspec.sandbox.containers import IMAGE, LABEL, MOUNTS, OWNER
+from agentspec.sandbox.owner import owner_tag
 from agentspec.sandbox.program import WORKSPACE
 
 __all__ = ["RuntimeImage", "dev_image", "exec_transport", "runtime_image"]
@@ -196,8 +196,8 @@ def runtime_image(api: docker.APIClient, base: str, command: str, args: Sequence
 def _probe(api: docker.APIClient, base: str, info: dict[str, Any], command: str) -> dict[str, Any]:
     """What Python the image has, and where ``command`` is in it (a throwaway container, no network)."""
     config = info.get("Config") or {}
-    user = _docker.check_user(config.get("User") or "1000:1000", base)
-    volumes = _docker.parse_mounts((config.get("Labels") or {}).get(MOUNTS))
+    user = containers.check_user(config.get("User") or "1000:1000", base)
+    volumes = containers.parse_mounts((config.get("Labels") or {}).get(MOUNTS))
     host_config = api.create_host_config(network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"],
                                          binds=volumes or None, read_only=True)
     container = api.create_container(info["Id"], command=["python3", "-I", "-S", "-c", PROBE, command], user=user,
@@ -364,7 +364,7 @@ async def exec_transport(api: docker.APIClient, container: str, runtime: Runtime
                                   environment=list(runtime.env))["Id"]
         return api.exec_start(exec_id, socket=True)
 
-    sock = await _docker.call("starting the MCP server in its container", start)
+    sock = await containers.call("starting the MCP server in its container", start)
     try:
         stream = await _socket_stream(sock)
     except BaseException:
@@ -442,7 +442,7 @@ async def _streams(frames: _Frames) -> AsyncIterator[tuple[Any, Any]]:
 
 
 def dev_image(client: docker.DockerClient) -> str:
-    """The development sandbox image (``envs/sandboxes/dev.toml``), built once or found by its content hash."""
+    """The development sandbox image (``agentspec/sandbox/definitions/dev.toml``), built once or found by its content hash."""
     from agentspec.sandbox.images import ImageDefinition, build_image, find_definition
 
     return build_image(client, ImageDefinition.load(find_definition("dev"))).tag

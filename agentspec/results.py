@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from agentspec.bench.protocol import OfficialOutputs
 from agentspec.errors import ConfigError, first_problem
-from agentspec.runtime.metrics import percentile
+from agentspec.stats import percentile
 from agentspec.user_files import read_user_file
 
 RESULTS_FILE = "results.json"

@@ -81,7 +81,7 @@ class RunSpec(LoopSettings):
     (answer no call); every one under the governor."""
     learn_online: bool = False
     """With a learned speculator: update its counts from each finished task of the run (``--learn-online``;
-    :mod:`agentspec.speculator.online`), each speculating mode from the file afresh."""
+    :mod:`agentspec.learned_speculator.online`), each speculating mode from the file afresh."""
     save_speculator: str | None = None
     """Where to write the learned speculator as ``--learn-online`` left it (the last speculating mode's)."""
     governor: bool = True

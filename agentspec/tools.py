@@ -42,7 +42,8 @@ from pydantic import BaseModel
 from agentspec.errors import ConfigError, ToolNotFound
 from agentspec.types import Effect, Observation, Requestor, ToolCall, ToolSpec
 
-_TOOL_ATTR = "__agentspec_effect__"
+TOOL_ATTR = "__agentspec_effect__"
+"""The attribute :func:`tool` sets on a function it marks: the function's :class:`~agentspec.types.Effect`."""
 
 
 def tool(effect: Effect | str = Effect.MUTATING) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -59,7 +60,7 @@ def tool(effect: Effect | str = Effect.MUTATING) -> Callable[[Callable[..., Any]
         parsed = Effect(effect)
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        setattr(fn, _TOOL_ATTR, parsed)
+        setattr(fn, TOOL_ATTR, parsed)
         return fn
 
     return mark
@@ -139,7 +140,7 @@ def spec_from_function(fn: Callable[..., Any], effect: Effect | str | None = Non
             schema["default"] = param.default
         properties[pname] = schema
     parameters: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
-    chosen = effect if effect is not None else getattr(fn, _TOOL_ATTR, Effect.MUTATING)
+    chosen = effect if effect is not None else getattr(fn, TOOL_ATTR, Effect.MUTATING)
     return ToolSpec(name=name or fn.__name__, description=description, parameters=parameters, effect=Effect.parse(chosen))
 
 
@@ -172,7 +173,7 @@ class Toolkit:
         return [name for name, _ in self._tool_methods()]
 
     def has_tool(self, name: str) -> bool:
-        return callable(getattr(type(self), name, None)) and hasattr(getattr(type(self), name), _TOOL_ATTR)
+        return callable(getattr(type(self), name, None)) and hasattr(getattr(type(self), name), TOOL_ATTR)
 
     def specs(self) -> list[ToolSpec]:
         return [spec_from_function(method) for _, method in self._tool_methods()]
@@ -209,6 +210,6 @@ class Toolkit:
             if name.startswith("_"):
                 continue
             attr = getattr(type(self), name, None)
-            if callable(attr) and hasattr(attr, _TOOL_ATTR):
+            if callable(attr) and hasattr(attr, TOOL_ATTR):
                 found.append((name, getattr(self, name)))
         return found

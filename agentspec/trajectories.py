@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from agentspec.bench.protocol import recording_at, solo_calls
 from agentspec.errors import ConfigError, first_problem
 from agentspec.results import PLAIN, Results, results_file
-from agentspec.runtime.recorded import Recording
+from agentspec.runtime.recording import Recording
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Message, Observation, Requestor, ToolCall
 

@@ -1,4 +1,5 @@
-"""The virtual clock and the guard that lets real work run in real time on it (see :mod:`agentspec.runtime.real_time`).
+"""The virtual clock: a run put on it (:func:`on_clock`), the clock code runs on (:func:`virtual_clock`), and the
+guard that lets real work run in real time on it (see :mod:`agentspec.runtime.real_time`).
 
 Kept apart from the backend wrapper so that anything running real work (a worker thread, a process) can hold the
 guard without importing the backends it wraps.
@@ -6,11 +7,25 @@ guard without importing the backends it wraps.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["RealTime", "virtual_clock"]
+T = TypeVar("T")
+
+__all__ = ["RealTime", "on_clock", "virtual_clock"]
+
+
+def on_clock(main: Callable[..., Awaitable[T]], *args: Any, virtual: bool) -> T:
+    """``main(*args)`` run to its end on trio's virtual clock (a ``MockClock`` that jumps to the next deadline:
+    simulated time, no waiting) when ``virtual``, else on the wall clock."""
+    import anyio
+
+    if virtual:
+        from trio.testing import MockClock
+
+        return anyio.run(main, *args, backend="trio", backend_options={"clock": MockClock(autojump_threshold=0)})
+    return anyio.run(main, *args)
 
 
 def virtual_clock() -> Any | None:

@@ -106,13 +106,13 @@ def main() -> None:
 
     from agentspec.decoding.budget import DEFAULT_COST, measure_cost
     from agentspec.decoding.decoder import ToolSpecDecoder, default_drafters
-    from agentspec.decoding.grammar import tool_grammar
-    from agentspec.decoding.kv_cache import TargetSequence
     from agentspec.decoding.recycling_drafter import RecyclingDrafter
     from agentspec.decoding.retrieval_drafter import CallHistory
     from agentspec.decoding.sidecar import Sidecar
     from agentspec.decoding.stats import DraftStats
-    from agentspec.models.local import load_model
+    from agentspec.engine.grammar import tool_grammar
+    from agentspec.engine.kv_cache import TargetSequence
+    from agentspec.engine.model import load_model
     from agentspec.models.registry import resolve
     from agentspec.serve.prompt import render_prompt
     from agentspec.serve.protocol import ChatRequest

@@ -2,8 +2,8 @@
 
 Loads one model twice in one process: ``stock`` (``F.linear`` layers, transformers' ``sdpa``
 attention) and ``agentspec`` (oneDNN-packed linear layers with 1-3 rows padded to 4,
-:mod:`agentspec.models.packed_linear`; grouped-query attention folded into query rows,
-:mod:`agentspec.models.grouped_attention`).  For each, after a ``--context``-token cached prefix,
+:mod:`agentspec.engine.packed_linear`; grouped-query attention folded into query rows,
+:mod:`agentspec.engine.grouped_attention`).  For each, after a ``--context``-token cached prefix,
 it times tree forwards of 1, 2, 4, 8, 16, 32 and 64 tokens (median of ``--repeats``, the two
 variants alternating shape by shape so machine noise hits both alike), checks that both variants
 pick the same greedy token after the prefix, and prints one JSON line::
@@ -32,9 +32,9 @@ def main() -> None:
 
     import torch
 
-    from agentspec.decoding.kv_cache import TargetSequence
-    from agentspec.decoding.token_tree import TokenTree
-    from agentspec.models.local import load_model
+    from agentspec.engine.kv_cache import TargetSequence
+    from agentspec.engine.model import load_model
+    from agentspec.engine.token_tree import TokenTree
     from agentspec.models.registry import resolve
 
     if args.threads:

@@ -34,7 +34,7 @@ from agentspec.assembly import episode_parts  # noqa: E402
 from agentspec.bench.registry import open_bench  # noqa: E402
 from agentspec.bench.roles import open_roles  # noqa: E402
 from agentspec.run_spec import RunSpec  # noqa: E402
-from agentspec.runtime.policies import Decision, Policy, PredictedHistory  # noqa: E402
+from agentspec.runtime.policies.protocol import Decision, Policy, PredictedHistory  # noqa: E402
 
 
 async def timed(policy: Policy, history: Any) -> tuple[float, Decision]:

@@ -2,7 +2,7 @@
 
 For each N in ``--concurrency``, N different prompts are generated greedily
 (``--tokens`` tokens each, end of text ignored so every request decodes the
-same number of tokens) through one :class:`agentspec.serve.engine.Engine`,
+same number of tokens) through one :class:`agentspec.engine.scheduler.Engine`,
 all at once; the reference is the same N requests one after another on the
 same engine (its ``N = 1`` case).  Prompts differ between requests and between
 runs of different N (fresh text, no prefix reuse across requests).  Reports
@@ -69,10 +69,10 @@ def main() -> None:
 
     import torch
 
-    from agentspec.decoding.generation import SamplingParams
-    from agentspec.models.local import load_model
+    from agentspec.engine.generation import SamplingParams
+    from agentspec.engine.model import load_model
+    from agentspec.engine.scheduler import Engine, PrefixCache
     from agentspec.models.registry import resolve
-    from agentspec.serve.engine import Engine, PrefixCache
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -19,7 +19,7 @@ from agentspec.assembly import Parts, build_loop
 from agentspec.bench.registry import open_bench
 from agentspec.bench.tau2.harness import Tau2Bench
 from agentspec.run_spec import RunSpec
-from agentspec.runtime.policies import NoisyOracleSpeculator, OracleAuthority
+from agentspec.runtime.policies.scripted import NoisyOracleSpeculator, OracleAuthority
 from agentspec.snapshot import InProcessBackend
 
 

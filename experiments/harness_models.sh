@@ -23,7 +23,7 @@ from pathlib import Path
 import anyio
 
 from agentspec.bench.registry import open_bench
-from agentspec.speculator.command import fit_bench
+from agentspec.learned_speculator.command import fit_bench
 
 name, data_dir, backend, split, held_out, out, *options = sys.argv[1:]
 bench = open_bench(name, data_dir or None, backend=backend or None,

@@ -31,12 +31,12 @@ import time
 from typing import Any
 
 from agentspec.decoding.decoder import ToolSpecDecoder, default_drafters
-from agentspec.decoding.generation import TokenStream, drain
-from agentspec.decoding.kv_cache import TargetSequence
 from agentspec.decoding.retrieval_drafter import CallHistory
 from agentspec.decoding.serving import ServingDecoder
+from agentspec.engine.generation import TokenStream, drain
+from agentspec.engine.kv_cache import TargetSequence
 from agentspec.models.parsing import to_openai_messages
-from agentspec.runtime.policies import history_messages
+from agentspec.runtime.policies.llm import history_messages
 from agentspec.serve.completions import Prepared, prepare
 from agentspec.serve.server import load_engines
 from envs.workspace.bench import WorkspaceBench

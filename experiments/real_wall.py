@@ -37,9 +37,10 @@ from agentspec.bench.registry import open_bench  # noqa: E402
 from agentspec.bench.roles import open_roles  # noqa: E402
 from agentspec.models import ModelClient  # noqa: E402
 from agentspec.run_spec import RunSpec  # noqa: E402
-from agentspec.runtime.governor import Governor  # noqa: E402
+from agentspec.runtime.governor.rule import Governor  # noqa: E402
 from agentspec.runtime.latency import LatencyModel, ToolLatency  # noqa: E402
-from agentspec.runtime.metrics import percentile, sum_panels  # noqa: E402
+from agentspec.runtime.summary import sum_panels  # noqa: E402
+from agentspec.stats import percentile  # noqa: E402
 
 MODEL_LANES = ("authority", "speculator", "probe")
 

@@ -137,7 +137,7 @@ async def run_one(kind: str, megabytes: int, scratch: Path, repeats: int, image:
 
 def docker_image() -> tuple[str | None, str | None]:
     """The dev image's tag, or why Docker is skipped."""
-    from agentspec.sandbox._docker import connect
+    from agentspec.sandbox.containers import connect
     from agentspec.sandbox.images import ImageDefinition, build_image
 
     try:
@@ -145,7 +145,7 @@ def docker_image() -> tuple[str | None, str | None]:
     except SnapshotError as exc:
         return None, str(exc)
     try:
-        return build_image(client, ImageDefinition.load(REPO / "envs" / "sandboxes" / "dev.toml")).tag, None
+        return build_image(client, ImageDefinition.load(REPO / "agentspec" / "sandbox" / "definitions" / "dev.toml")).tag, None
     finally:
         client.close()
 

@@ -4,7 +4,7 @@ For every recording given (a tau2-bench simulation file of a real model), a spec
 ``--gold-split`` gold calls (less the tasks of that recording: a task's own gold calls may not be in the fit of
 its scoring) and on every other recording given, then scored on each call of that recording's agent, with and
 without look-ahead, exactly as ``agentspec speculator fit --runs`` / ``speculator score --runs`` fit and score
-(:func:`agentspec.speculator.command.fit_bench`, :func:`agentspec.speculator.score.score_runs`: a normal-mode
+(:func:`agentspec.learned_speculator.command.fit_bench`, :func:`agentspec.learned_speculator.score.score_runs`: a normal-mode
 recording's user calls run between the agent's so that the state is the recording's, and only the agent's calls
 are scored, each guess among the agent's own tools).  Nothing is tuned to a recording: the same fit for all.
 
@@ -35,9 +35,9 @@ import anyio
 from agentspec.bench.protocol import recording_at
 from agentspec.bench.registry import open_bench
 from agentspec.errors import ConfigError
-from agentspec.speculator.command import fit_bench
-from agentspec.speculator.score import score_runs, summarise
-from agentspec.speculator.trajectories import run_trajectories
+from agentspec.learned_speculator.command import fit_bench
+from agentspec.learned_speculator.score import score_runs, summarise
+from agentspec.learned_speculator.trajectories import run_trajectories
 
 FIGURES = ("exact_at_1", "exact_at_3", "name_at_1", "strict_at_1", "predict_us_median")
 

@@ -40,7 +40,7 @@ from agentspec.bench.roles import open_roles  # noqa: E402
 from agentspec.models import ModelClient  # noqa: E402
 from agentspec.run_spec import RunSpec, SporkSettings  # noqa: E402
 from agentspec.runtime.latency import LatencyModel, ToolLatency  # noqa: E402
-from agentspec.runtime.metrics import percentile  # noqa: E402
+from agentspec.stats import percentile  # noqa: E402
 
 THINK = ("Before each tool call, write one short sentence saying what you will check or do and why; "
          "then write the call.")

@@ -15,7 +15,7 @@ sockets), on the engine ``agentspec serve`` uses.
 
 With ``--bench workspace-demo`` the chain is a bench task's first ``--steps``
 decisions instead, made the way ``agentspec run --solo`` makes them: through
-:class:`~agentspec.runtime.policies.LLMPolicy` (the bench's system prompt and
+:class:`~agentspec.runtime.policies.llm.LLMPolicy` (the bench's system prompt and
 tools, ``tool_choice: required``, the history as ``history_messages`` renders
 it) against ``agentspec serve`` on 127.0.0.1, each call executed in the task's
 real workspace for its observation.  Step by step is ``LLMPolicy.decide`` at
@@ -34,10 +34,10 @@ import anyio
 import httpx
 
 from agentspec.bench.registry import open_bench
+from agentspec.engine.scheduler import Engine, PrefixCache
 from agentspec.models import ModelClient, ModelConfig
-from agentspec.runtime.policies import LLMPolicy, history_messages
+from agentspec.runtime.policies.llm import LLMPolicy, history_messages
 from agentspec.serve import ServerThread, create_app, load_engines
-from agentspec.serve.engine import Engine, PrefixCache
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Observation, ToolCall, ToolSpec
 

@@ -11,9 +11,9 @@ import torch
 import transformers
 
 from agentspec.decoding.drafter import DraftState
-from agentspec.decoding.grammar import ToolDef, tool_grammar
-from agentspec.decoding.token_tree import TokenTree
-from agentspec.models.local import LocalModel, load_model
+from agentspec.engine.grammar import ToolDef, tool_grammar
+from agentspec.engine.model import LocalModel, load_model
+from agentspec.engine.token_tree import TokenTree
 from agentspec.models.registry import pull, resolve
 
 SMOL = "smollm2-135m"

@@ -14,8 +14,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from agentspec.engine.scheduler import Engine
 from agentspec.models.registry import pull
-from agentspec.serve import Engine, ServerThread, create_app, load_engines
+from agentspec.serve import ServerThread, create_app, load_engines
 
 WEATHER_TOOLS: list[dict[str, Any]] = [
     {

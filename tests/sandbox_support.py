@@ -169,7 +169,7 @@ def _start_dockerd(stock: bool = False) -> tuple[subprocess.Popen[bytes], Path] 
 def docker_client() -> Iterator[Any]:
     """A client of a running engine (see the module docstring), or a skip saying why there is none."""
     from agentspec.errors import SnapshotError
-    from agentspec.sandbox._docker import connect
+    from agentspec.sandbox.containers import connect
 
     started = None
     try:
@@ -213,7 +213,7 @@ def stock_docker_client() -> Iterator[Any]:
 
 def _wait_for_engine(make: Callable[[], Any] | None = None) -> Any:
     """A client that answered (``make``: how to get one; default ``connect()``)."""
-    from agentspec.sandbox._docker import connect
+    from agentspec.sandbox.containers import connect
 
     deadline = time.monotonic() + 30
     while True:
@@ -244,17 +244,17 @@ def _stop(started: tuple[subprocess.Popen[bytes], Path], exported: bool = True) 
 
 @pytest.fixture(scope="session")
 def dev_image(docker_client: Any) -> str:
-    """The fast development image (envs/sandboxes/dev.toml), built or found by its content hash.
+    """The fast development image (agentspec/sandbox/definitions/dev.toml), built or found by its content hash.
 
     Skips (see :func:`unavailable`) when the engine can cap a container's disk in no way (neither
     ``--storage-opt size`` nor a tmpfs workspace): every Docker backend with the default limits
     would refuse to start there.
     """
     from agentspec.errors import SnapshotError
-    from agentspec.sandbox._docker import disk_cap
+    from agentspec.sandbox.containers import disk_cap
     from agentspec.sandbox.images import ImageDefinition, build_image
 
-    tag = build_image(docker_client, ImageDefinition.load(REPO / "envs" / "sandboxes" / "dev.toml")).tag
+    tag = build_image(docker_client, ImageDefinition.load(REPO / "agentspec" / "sandbox" / "definitions" / "dev.toml")).tag
     try:
         disk_cap(docker_client.api, tag)
     except SnapshotError as exc:

@@ -96,8 +96,9 @@ class ScriptedOpenAIServer:
     """A real, scripted OpenAI-compatible server in a background thread (see module docstring)."""
 
     def __init__(self, responder: Responder = _ok, *, models: tuple[str, ...] = ("scripted-model",),
-                 hint_route: bool = True) -> None:
-        """``hint_route=False``: no ``/agentspec/hints`` route (a plain OpenAI-compatible endpoint's 404)."""
+                 hint_route: bool = True, port: int = 0) -> None:
+        """``hint_route=False``: no ``/agentspec/hints`` route (a plain OpenAI-compatible endpoint's 404);
+        ``port``: listen on this port of 127.0.0.1 (0: one the system picks; a port in use raises OSError)."""
         self.responder = responder
         self.hint_route = hint_route
         self.models = list(models)
@@ -107,7 +108,7 @@ class ScriptedOpenAIServer:
         self.disconnects = 0
         self.model_list_requests = 0
         self.errors: list[BaseException] = []
-        self.port = 0
+        self.port = port
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
@@ -119,7 +120,11 @@ class ScriptedOpenAIServer:
 
     def __enter__(self) -> ScriptedOpenAIServer:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.bind(("127.0.0.1", 0))
+        try:
+            self._socket.bind(("127.0.0.1", self.port))
+        except OSError:
+            self._socket.close()
+            raise
         self.port = self._socket.getsockname()[1]
         config = uvicorn.Config(
             self._app, interface="asgi3", lifespan="off", log_config=None, log_level="warning", access_log=False,

@@ -253,8 +253,9 @@ def test_a_responses_model_is_refused_and_a_name_takes_the_base_url_given() -> N
         AgentExecutor(Agent(name="r", model=responses), mode="sequential")
     executor = AgentExecutor(Agent(name="n", model="qwen"), base_url="http://127.0.0.1:9/v1/", api_key="k",
                              mode="sequential")
-    assert isinstance(executor.authority, ModelConfig)
-    assert (executor.authority.base_url, executor.authority.model) == ("http://127.0.0.1:9/v1", "qwen")
+    endpoint = executor.authority.config  # the run opens it; the adapter makes the SDK-shaped policy from its client
+    assert isinstance(endpoint, ModelConfig)
+    assert (endpoint.base_url, endpoint.model) == ("http://127.0.0.1:9/v1", "qwen")
 
 
 def docs_responder(request: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from sandbox_support import require_bwrap
 from test_appworld import fixture_root, venv  # noqa: F401 - the AppWorld fixtures
 
 from agentspec.errors import EnvError, SnapshotError
-from agentspec.sandbox._host import _descendants
+from agentspec.sandbox.confinement import _descendants
 from agentspec.types import ToolCall
 from envs.appworld.backend import AppWorldBackend
 from envs.appworld.bench import AppWorldBench, code_tools

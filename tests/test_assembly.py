@@ -13,9 +13,12 @@ from agentspec import SAY, Bench, ConfigError, Effect, InProcessBackend, Mode, R
 from agentspec.bench.protocol import has_user
 from agentspec.cli import main
 from agentspec.env import ToolkitEnvironment
+from agentspec.runtime.config import ExecutorConfig
 from agentspec.runtime.conversation import conversation, say, scripted_turns
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
-from agentspec.runtime.policies import History, LLMPolicy, NoisyOracleSpeculator, OracleAuthority, history_messages
+from agentspec.runtime.executor import ExecutionLoop
+from agentspec.runtime.policies.llm import LLMPolicy, history_messages
+from agentspec.runtime.policies.protocol import History
+from agentspec.runtime.policies.scripted import NoisyOracleSpeculator, OracleAuthority
 from agentspec.tools import Toolkit, tool
 from agentspec.types import Message, TerminationReason
 

@@ -20,12 +20,14 @@ from test_import_graph import _module_of, import_graph
 from test_ray_cluster import _comparable, _messages, _same
 
 from agentspec import Executor
-from agentspec.batch import Job, LocalStrategy, ModeRun, Play, Result, on_clock, run_mode
+from agentspec.batch import Job, LocalStrategy, ModeRun, Play, Result, run_mode
 from agentspec.bench.episode import Episode, LoggedEpisode
 from agentspec.cluster.worker import EpisodeJob, play_episode
 from agentspec.pipeline import run
 from agentspec.run_spec import RunSpec
-from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.runtime.runlog.replay import TaskLog
+from agentspec.runtime.runlog.writer import RunLog
+from agentspec.virtual_clock import on_clock
 
 BASE: dict[str, Any] = {"bench": "tau2-telecom", "split": "small", "limit": 3, "agent": "oracle", "modes": "sa",
                         "speculator_model": "noisy-oracle:0.8", "latency_model": "smc-paper", "progress": False}
@@ -111,6 +113,21 @@ def test_a_worker_plays_a_job_as_the_local_batch_does_and_a_retry_reads_its_part
     assert isinstance(again, LoggedEpisode) and again.record() == played.record()
 
 
+def test_a_worker_opens_its_loop_and_roles_once_per_mode(bench, tau2_dir, tmp_path):
+    from agentspec.cluster.worker import shared_run
+
+    spec = RunSpec.of(**{**BASE, "limit": 2}, data_dir=str(tau2_dir))
+    first, second = bench.tasks("small", None, 2)
+    made = ModeRun.of(spec, spec.modes[0], bench)
+    batch = ModeRun(spec, made.mode, bench, None, made.solo, made.distractors, virtual_clock=True)
+    _, loop = shared_run([batch])
+    played = [play_episode([batch], EpisodeJob(task, 0)) for task in (first, second)]
+    assert all(isinstance(e, Episode) and e.error is None for e in played)
+    assert shared_run([batch])[1] is loop and not loop.closed  # the same loop and clients for both episodes
+    other = ModeRun.of(spec, spec.modes[0], bench)  # the next mode's batch: the previous loop is stopped
+    assert shared_run([other])[1] is not loop and loop.closed
+
+
 def test_the_virtual_clock_jumps_and_the_wall_clock_waits():
     async def slept(seconds: float) -> float:
         started = anyio.current_time()
@@ -130,11 +147,11 @@ def test_a_logged_task_reads_back_as_the_steps_the_executor_committed(tmp_path, 
     from toy_env import KVEnvironment
 
     monkeypatch.setenv("AGENTSPEC_CACHE", str(tmp_path / "cache"))
-    log = tmp_path / "api.jsonl"
-    result = Executor(KVEnvironment(), authority=_Scripted(), mode="sequential", log=log).run_sync("count things")
-    (logged,) = RunLog.read(log).values()
+    out = tmp_path / "api"
+    result = Executor(KVEnvironment(), authority=_Scripted(), mode="sequential", out=out).run_sync("count things")
+    (logged,) = RunLog.read(out / "run-sequential.log.jsonl").values()
     assert logged.committed() == result.steps  # calls, observations, sources and effect ids, in order
-    again = Executor(KVEnvironment(), authority=_Scripted(), mode="sequential", log=log).run_sync("count things")
+    again = Executor(KVEnvironment(), authority=_Scripted(), mode="sequential", out=out).run_sync("count things")
     assert again.steps == result.steps  # the API's logged result is that same reading
 
 

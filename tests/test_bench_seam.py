@@ -148,10 +148,13 @@ def test_appworld_shows_a_model_what_it_showed_before(fixture_root: Path, action
 
 
 def test_the_done_tools_are_the_ones_they_were() -> None:
-    from agentspec.api import DONE
+    from agentspec.api import as_backend
     from agentspec.bench.tau2.parties import DONE_TOOL
+    from agentspec.bench.user_tasks import UserTasks
 
-    assert DONE.model_dump(mode="json") == FROZEN_API_DONE
+    api = UserTasks(as_backend(Notes()), tasks=["write it down"])  # what the Python API's agent is offered
+    *_, done = api.tools(api.tasks("tasks")[0], solo=True)
+    assert done.model_dump(mode="json") == FROZEN_API_DONE
     assert DONE_TOOL.model_dump(mode="json") == FROZEN_TAU2_DONE
 
 

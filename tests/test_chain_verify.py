@@ -20,9 +20,10 @@ from decoding_support import SMOL, local, tiny_model
 from local_models import WEATHER_TOOLS, apps_by_decoder, one_thread  # noqa: F401 - one_thread: a module fixture
 
 from agentspec.decoding.decoder import ToolSpecDecoder
-from agentspec.decoding.grammar import render_call
 from agentspec.decoding.serving import ServingDecoder
-from agentspec.serve import Engine, create_app
+from agentspec.engine.grammar import render_call
+from agentspec.engine.scheduler import Engine
+from agentspec.serve import create_app
 from agentspec.serve.llama_cpp import ChatExtensions
 from agentspec.serve.protocol import MAX_CHAIN_STEPS
 

@@ -18,9 +18,9 @@ from scripted_openai_server import ScriptedOpenAIServer
 
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.models.cassette import Cassette
-from agentspec.models.chain import PromptToken, accepted_by_ranks, support
-from agentspec.runtime.chain_verify import ChainVerdict, commit_mode
-from agentspec.runtime.policies import LLMPolicy
+from agentspec.models.chain_verification import PromptToken, accepted_by_ranks, support
+from agentspec.runtime.chain_verification import ChainVerdict, commit_mode
+from agentspec.runtime.policies.llm import LLMPolicy
 from agentspec.types import Observation, ToolCall, ToolSpec
 
 pytestmark = pytest.mark.anyio

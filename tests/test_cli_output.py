@@ -160,7 +160,7 @@ def test_bench_setup_says_what_it_is_doing(monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     from agentspec.cli.commands import bench as command
 
-    monkeypatch.setattr(command, "setup_bench", lambda name, args: {"bench": name, "created": False})
+    monkeypatch.setattr(command, "setup_bench", lambda name, venv: {"bench": name, "created": False})
     code, out, err = cli(capsys, "bench", "setup", "--bench", "appworld")
     assert code == 0 and json.loads(out) == {"bench": "appworld", "created": False}
     first, second = err.strip().splitlines()
@@ -212,7 +212,7 @@ def test_every_help_shows_its_defaults_and_takes_json() -> None:
     assert "draft chain depth (default: 4)" in run and "(default: 200)" in run
     assert "verified (default) commits" in run
     assert "(default: verified)" not in run  # its help says so already
-    assert "tau2-telecom, workspace-demo, gaia, appworld, mcp" in " ".join(run.split())
+    assert "appworld, gaia, mcp, tau2-telecom, workspace-demo" in " ".join(run.split())
     assert "the bench to set up: appworld" in parsers["agentspec bench setup"].format_help()
     assert "(default: dev)" in " ".join(parsers["agentspec sandbox build"].format_help().split())
 

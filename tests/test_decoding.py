@@ -18,7 +18,6 @@ import agentspec.decoding as decoding
 from agentspec.decoding import (
     budget,
     drafter,
-    grammar,
     json_prefix,
     recycling_drafter,
     retrieval_drafter,
@@ -26,24 +25,24 @@ from agentspec.decoding import (
     sidecar,
     stats,
     suffix_index,
-    token_tree,
 )
 from agentspec.decoding.budget import DEFAULT_COST, AcceptanceModel, ForwardCost, prune
 from agentspec.decoding.decoder import ToolSpecDecoder, default_drafters
 from agentspec.decoding.drafter import DraftRequest, DraftState, HintBox
-from agentspec.decoding.generation import SamplingParams, TokenOut, TokenStream, drain
-from agentspec.decoding.grammar import GrammarConstraint
-from agentspec.decoding.greedy import GreedyChooser
 from agentspec.decoding.hint_drafter import HintDrafter
-from agentspec.decoding.kv_cache import TargetSequence
-from agentspec.decoding.plain import PlainGenerator
 from agentspec.decoding.recycling_drafter import RecyclingDrafter, prompt_lookup
 from agentspec.decoding.retrieval_drafter import CallHistory, RetrievalDrafter
 from agentspec.decoding.schema_drafter import SchemaDrafter
 from agentspec.decoding.stats import DraftStats
 from agentspec.decoding.suffix_index import SuffixAutomaton
-from agentspec.decoding.token_tree import TokenTree
 from agentspec.decoding.verifier import Verifier
+from agentspec.engine import grammar, token_tree
+from agentspec.engine.generation import SamplingParams, TokenOut, TokenStream, drain
+from agentspec.engine.grammar import GrammarConstraint
+from agentspec.engine.greedy import GreedyChooser
+from agentspec.engine.kv_cache import TargetSequence
+from agentspec.engine.plain import PlainGenerator
+from agentspec.engine.token_tree import TokenTree
 
 FUNCTIONS = [tool["function"] for tool in WEATHER_TOOLS]
 PROMPTS = ["Name three fruits.", "Write a haiku about rain.", "Say hello in French."]

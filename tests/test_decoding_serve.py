@@ -14,8 +14,8 @@ from pydantic import BaseModel
 
 from agentspec.cli import build_parser
 from agentspec.decoding.decoder import ToolSpecDecoder, default_drafters
-from agentspec.decoding.grammar import tool_grammar
 from agentspec.decoding.retrieval_drafter import CallHistory
+from agentspec.engine.grammar import tool_grammar
 from agentspec.serve.prompt import render_prompt
 from agentspec.serve.protocol import ChatRequest
 

@@ -16,7 +16,7 @@ from sandbox_support import REPO, C, read_tree, stock_docker_client  # noqa: F40
 import agentspec
 from agentspec import RunSpec
 from agentspec.errors import SnapshotError
-from agentspec.sandbox._docker import disk_cap
+from agentspec.sandbox.containers import disk_cap
 from agentspec.sandbox.docker_backend import DockerBackend
 from agentspec.sandbox.images import ImageDefinition, build_image
 from agentspec.sandbox.program import Limits
@@ -30,7 +30,7 @@ FIXTURES = Path(__file__).resolve().parent / "data" / "gaia-format"
 
 @pytest.fixture(scope="module")
 def stock_image(stock_docker_client: Any) -> str:  # noqa: F811 - the fixture imported above
-    return build_image(stock_docker_client, ImageDefinition.load(REPO / "envs" / "sandboxes" / "dev.toml")).tag
+    return build_image(stock_docker_client, ImageDefinition.load(REPO / "agentspec" / "sandbox" / "definitions" / "dev.toml")).tag
 
 
 def test_the_engine_is_stock_and_refuses_storage_opt(stock_docker_client: Any, stock_image: str) -> None:  # noqa: F811

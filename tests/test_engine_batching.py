@@ -7,8 +7,8 @@ from typing import Any
 import anyio
 import pytest
 
-from agentspec.decoding.generation import SamplingParams
-from agentspec.serve.engine import Engine, PrefixCache
+from agentspec.engine.generation import SamplingParams
+from agentspec.engine.scheduler import Engine, PrefixCache
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -18,8 +18,8 @@ PROMPTS = ("def add(a, b):", "The three primary colours are", "import json\nwith
 
 
 def _model(name: str) -> Any:
+    from agentspec.engine.model import load_model
     from agentspec.errors import ConfigError
-    from agentspec.models.local import load_model
     from agentspec.models.registry import resolve
 
     try:
@@ -140,7 +140,7 @@ def test_qwen_half_billion_concurrent_greedy_matches_alone() -> None:
 
 
 def test_two_models_step_at_the_same_time_and_each_matches_its_decoding_alone() -> None:
-    from agentspec.models.local import load_model
+    from agentspec.engine.model import load_model
     from agentspec.models.registry import resolve
 
     packed = _model("smollm2-135m")

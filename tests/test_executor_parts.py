@@ -21,13 +21,13 @@ from agentspec.assembly import executor_config
 from agentspec.cli import main
 from agentspec.errors import ConfigError
 from agentspec.run_spec import RunSpec
-from agentspec.runtime.config import LoopSettings, SporkConfig
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
+from agentspec.runtime.config import ExecutorConfig, LoopSettings, SporkConfig
+from agentspec.runtime.executor import ExecutionLoop
 from agentspec.runtime.journal import Journal
 from agentspec.runtime.metrics import ExecutionMetrics
 from agentspec.runtime.modes import Mode
-from agentspec.runtime.policies import Decision, History
-from agentspec.runtime.runlog import RunLog
+from agentspec.runtime.policies.protocol import Decision, History
+from agentspec.runtime.runlog.writer import RunLog
 from agentspec.snapshot import InProcessBackend
 from agentspec.types import Observation, ToolCall
 

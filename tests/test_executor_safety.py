@@ -20,9 +20,10 @@ from toy_env import KVEnvironment
 from trio.testing import MockClock
 
 from agentspec.macros import Macro, MacroLibrary, MacroStep
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
-from agentspec.runtime.policies import Decision
-from agentspec.runtime.runlog import RunLog
+from agentspec.runtime.config import ExecutorConfig
+from agentspec.runtime.executor import ExecutionLoop
+from agentspec.runtime.policies.protocol import Decision
+from agentspec.runtime.runlog.writer import RunLog
 from agentspec.snapshot import InProcessBackend
 from agentspec.types import TerminationReason, ToolCall
 

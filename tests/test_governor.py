@@ -108,8 +108,10 @@ def virtual(fn):
 def test_two_speculators_the_first_that_answers_is_used_and_a_costly_one_is_paused():
     import anyio
 
-    from agentspec.runtime.governor import Governor, GovernorConfig, SpeculatorPanel
-    from agentspec.runtime.policies import Decision
+    from agentspec.runtime.governor.evidence import GovernorConfig
+    from agentspec.runtime.governor.panel import SpeculatorPanel
+    from agentspec.runtime.governor.rule import Governor
+    from agentspec.runtime.policies.protocol import Decision
     from agentspec.types import ToolCall
 
     class Abstains:  # no guess at all (the learned speculator where no rule applies)
@@ -158,8 +160,8 @@ def test_a_predicted_end_is_a_guess_of_the_panel_not_an_abstention():
     when the task ended there, wrong when the authority went on.  Only no guess (or no usable answer) passes on."""
     import anyio
 
-    from agentspec.runtime.governor import SpeculatorPanel
-    from agentspec.runtime.policies import Decision, DraftedHistory
+    from agentspec.runtime.governor.panel import SpeculatorPanel
+    from agentspec.runtime.policies.protocol import Decision, DraftedHistory
     from agentspec.types import InvalidToolCall, ToolCall
 
     a, b = ToolCall(name="a"), ToolCall(name="b")
@@ -252,7 +254,8 @@ def test_decisions_are_compared_with_the_baseline_of_their_own_stratum():
     """A first call takes five times a `done`: pooled together, a baseline of mostly first calls would call a
     speculator that slows every decision by 20% free, and one of mostly `done`s would call a harmless one costly.
     Each decision is compared with its own stratum's baseline (steps committed before it)."""
-    from agentspec.runtime.governor import Governor, GovernorConfig
+    from agentspec.runtime.governor.evidence import GovernorConfig
+    from agentspec.runtime.governor.rule import Governor
 
     config = GovernorConfig(min_overlapped=4, min_clean=3, hold_every=1)
     costly = Governor(["model"], config)

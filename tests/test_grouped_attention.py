@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from agentspec.decoding.token_tree import TokenTree
-from agentspec.models.grouped_attention import IMPLEMENTATION, grouped_sdpa, use_grouped_attention
+from agentspec.engine.grouped_attention import IMPLEMENTATION, grouped_sdpa, use_grouped_attention
+from agentspec.engine.token_tree import TokenTree
 
 
 class _Module(torch.nn.Module):

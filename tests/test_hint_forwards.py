@@ -18,7 +18,7 @@ from local_models import WEATHER_TOOLS
 from agentspec.decoding.budget import DEFAULT_COST, AcceptanceModel, prune
 from agentspec.decoding.decoder import DecodeResult, ToolSpecDecoder, default_drafters
 from agentspec.decoding.drafter import Unit
-from agentspec.decoding.token_tree import TokenTree
+from agentspec.engine.token_tree import TokenTree
 
 FUNCTIONS = [tool["function"] for tool in WEATHER_TOOLS]
 QUESTION = "What is the weather in Paris, in celsius?"

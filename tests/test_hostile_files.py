@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 from agentspec.errors import ConfigError
+from agentspec.learned_speculator.command import fit_bench
+from agentspec.learned_speculator.sources import TypedValues
 from agentspec.normalize import REGEX_TIMEOUT_S, BoundedPattern, ValuePattern
-from agentspec.speculator.command import fit_bench
-from agentspec.speculator.sources import TypedValues
 
 
 def test_a_pattern_that_backtracks_without_end_fails_within_its_bound() -> None:
@@ -57,7 +57,7 @@ def test_a_learned_file_with_a_hostile_pattern_ends_the_run_in_seconds(bench, ta
 
 
 def test_a_speculator_file_nested_too_deep_is_one_line(tmp_path: Path) -> None:
-    from agentspec.speculator.artifact import load
+    from agentspec.learned_speculator.artifact import load
 
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 200_000 + "]" * 200_000)

@@ -292,11 +292,60 @@ def test_agentspec_never_imports_envs() -> None:
     assert not wrong, "agentspec imports an environment:\n" + "\n".join(wrong)
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_imports(edges: list[Edge]) -> list[str]:
+    """Imports of a private module (``agentspec.X._y``) or a private name (``from agentspec.X import _y``) of
+    agentspec from outside the package that holds it (:func:`package_of`, a top-level module its own package)."""
+    bad: list[str] = []
+    for edge in edges:
+        if edge.target.split(".")[0] != "agentspec":
+            continue
+        importer = package_of(_module_of(edge.source))
+        parts = edge.target.split(".")
+        hidden = next((index for index, part in enumerate(parts) if _private(part)), None)
+        if hidden is not None and (owner := package_of(".".join(parts[: hidden + 1]))) != importer:
+            bad.append(f"{edge}: a private module of {owner}")
+        names = [name for name in edge.names if _private(name)]
+        if names and package_of(edge.target) != importer:
+            bad.append(f"{edge}: private names of {package_of(edge.target)}: {', '.join(names)}")
+    return bad
+
+
+def test_no_package_imports_another_packages_private_parts() -> None:
+    # mcp.py and mcp_docker.py took the sandbox's _host, _docker and _owner, and the MCP proxy the private session
+    # of agentspec.mcp: what another package needs is a public name (sandbox.confinement, sandbox.containers,
+    # sandbox.owner, mcp.Session...).  Inside one package, modules share private parts freely; tests may reach them.
+    bad = private_imports(import_graph())
+    assert not bad, "imports of another package's private parts:\n" + "\n".join(bad)
+
+
 def test_envs_use_only_the_public_api_and_extension_modules() -> None:
     bad, used = env_violations(import_graph())
     assert not bad, "envs reach into agentspec internals:\n" + "\n".join(bad)
     stale = sorted(ENV_TEMPORARY_EXCEPTIONS - used)
     assert not stale, f"temporary exceptions no longer needed, remove them from ENV_TEMPORARY_EXCEPTIONS: {stale}"
+
+
+RUNTIME_MAX_LINES = 300
+"""The longest a file of ``agentspec/runtime/`` may be: past it, a module holds more than one idea (the runtime's run
+log, governor and policies each grew to 400-500 lines before they were split into parts named after what they hold)."""
+
+
+def test_no_runtime_file_over_300_lines() -> None:
+    long = {str(path.relative_to(ROOT)): n for path in sorted((ROOT / "agentspec" / "runtime").rglob("*.py"))
+            if "__pycache__" not in path.parts
+            and (n := len(path.read_text(encoding="utf-8").splitlines())) > RUNTIME_MAX_LINES}
+    assert not long, f"runtime files over {RUNTIME_MAX_LINES} lines (split them by what they hold): {long}"
+
+
+def test_no_module_is_named_chain() -> None:
+    # Three chain.py files meant two things (the draft chain; chain verification): a module's name says which.
+    found = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "agentspec").rglob("chain.py")
+                   if "__pycache__" not in path.parts)
+    assert not found, f"modules named chain.py (name the chain: draft_chain, chain_verification): {found}"
 
 
 # ---------------------------------------------------------------------------- the checker itself
@@ -329,11 +378,24 @@ def test_the_env_rule_flags_internals_and_names_outside_all() -> None:
         Edge("envs/x/env.py", "agentspec.runtime.executor", "module", 1),
         Edge("envs/x/env.py", "agentspec", "module", 2, ("Executor", "_hidden")),
         Edge("envs/x/env.py", "agentspec.sandbox.overlay", "lazy", 3),
-        Edge("envs/x/env.py", "agentspec.sandbox._host", "module", 4),
+        Edge("envs/x/env.py", "agentspec.sandbox._cgroup", "module", 4),
         Edge("envs/x/env.py", "agentspec.types", "module", 5),
     ]
     bad, _ = env_violations(edges)
-    assert [line.split(":")[1] for line in bad] == ["1 -> agentspec.runtime.executor (module)", "2 -> agentspec (module)", "4 -> agentspec.sandbox._host (module)"]
+    assert [line.split(":")[1] for line in bad] == ["1 -> agentspec.runtime.executor (module)", "2 -> agentspec (module)", "4 -> agentspec.sandbox._cgroup (module)"]
+
+
+def test_the_private_rule_flags_other_packages_private_parts_only() -> None:
+    edges = [
+        Edge("agentspec/mcp.py", "agentspec.sandbox._cgroup", "lazy", 1),  # another package's private module
+        Edge("agentspec/sandbox/overlay.py", "agentspec.sandbox._cgroup", "module", 2),  # its own package's: fine
+        Edge("agentspec/mcp_proxy/core.py", "agentspec.mcp", "module", 3, ("Session", "_render")),  # a private name
+        Edge("agentspec/runtime/spork.py", "agentspec.runtime.executor", "module", 4, ("_helper",)),  # same package
+        Edge("agentspec/cli/main.py", "agentspec", "module", 5, ("__version__",)),  # a dunder is not private
+        Edge("envs/x/env.py", "agentspec._hidden", "module", 6),  # a private top-level module
+    ]
+    assert [line.split(":")[1] for line in private_imports(edges)] == [
+        "1 -> agentspec.sandbox._cgroup (lazy)", "3 -> agentspec.mcp (module)", "6 -> agentspec._hidden (module)"]
 
 
 # ---------------------------------------------------------------------------- what an import loads

@@ -16,7 +16,7 @@ import pytest
 from agentspec import Executor
 from agentspec.errors import EnvError
 from agentspec.mcp import MCPServer, MCPToolkit
-from agentspec.runtime.policies import Decision
+from agentspec.runtime.policies.protocol import Decision
 from agentspec.types import Effect, ToolCall
 
 REPO = Path(__file__).resolve().parents[1]

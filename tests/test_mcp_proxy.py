@@ -559,3 +559,77 @@ def test_bad_input_is_one_line_and_exit_2(flags: list[str], message: str, tmp_pa
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
     assert done.stdout == ""
+
+
+# --------------------------------------------------------------------------- resources and prompts
+
+NOTES = SERVERS / "notes_server.py"
+
+
+def _catalog_session(argv: Sequence[str]) -> list[Any]:
+    """What a client sees of a server's resources and prompts, around a write it makes through a tool."""
+
+    async def main() -> list[Any]:
+        with open(os.devnull, "w", encoding="utf-8") as err:
+            return await talk(err)
+
+    async def talk(err: Any) -> list[Any]:
+        async with mcp.stdio_client(stdio(argv), errlog=err) as (read, write):
+            async with mcp.ClientSession(read, write) as session:
+                init = await session.initialize()
+                seen: list[Any] = [("capabilities", bool(init.capabilities.resources), bool(init.capabilities.prompts))]
+
+                async def step(label: str, request: Any) -> None:
+                    try:
+                        seen.append((label, (await request).model_dump(mode="json", by_alias=True, exclude_none=True)))
+                    except MCPError as exc:
+                        seen.append((label, "error", exc.code, exc.message))
+
+                await step("resources", session.list_resources())
+                await step("templates", session.list_resource_templates())
+                await step("index", session.read_resource("notes://index"))
+                await session.call_tool("add_note", {"text": "buy milk", "name": "milk"})
+                await step("index after a write", session.read_resource("notes://index"))
+                await step("one note", session.read_resource("notes://note/milk"))
+                await step("a note that is not there", session.read_resource("notes://note/nope"))
+                await step("prompts", session.list_prompts())
+                await step("prompt", session.get_prompt("review_notes", {"focus": "shopping"}))
+                await step("unknown prompt", session.get_prompt("nope", {}))
+                return seen
+
+    return anyio.run(main)
+
+
+def test_resources_and_prompts_reach_the_client_as_the_upstream_offers_them(tmp_path: Path) -> None:
+    direct = _catalog_session([sys.executable, str(NOTES), str(tmp_path / "direct")])
+    proxied = _catalog_session(proxy_command(server_line(sys.executable, NOTES, tmp_path / "proxied"),
+                                             flags=["--read-only", "list_notes"]))
+    assert direct[0] == ("capabilities", True, True)
+    assert dict((s[0], s[1:]) for s in proxied) == dict((s[0], s[1:]) for s in direct)
+    assert "buy milk" in json.dumps(dict(s[:2] for s in proxied)["one note"])
+
+
+def test_with_two_upstreams_each_resource_and_prompt_goes_to_its_owner(tmp_path: Path) -> None:
+    # files_server declares resources and prompts but has none; the notes server has both.
+    async def main(argv: Sequence[str]) -> list[Any]:
+        with open(os.devnull, "w", encoding="utf-8") as err:
+            async with mcp.stdio_client(stdio(argv), errlog=err) as (read, write), mcp.ClientSession(read, write) as session:
+                await session.initialize()
+                await session.call_tool("add_note", {"text": "buy milk", "name": "milk"})
+                seen: list[Any] = [
+                    [str(r.uri) for r in (await session.list_resources()).resources],
+                    (await session.read_resource("notes://note/milk")).model_dump(mode="json"),
+                    [p.name for p in (await session.list_prompts()).prompts],
+                ]
+                try:
+                    await session.read_resource("other://nowhere")
+                except MCPError as exc:
+                    seen.append((exc.code, exc.message))
+                return seen
+
+    both = proxy_command(server_line(sys.executable, FILES, tmp_path / "files"),
+                         server_line(sys.executable, NOTES, tmp_path / "notes"))
+    listed, note, prompts, unknown = anyio.run(main, both)
+    direct = anyio.run(main, [sys.executable, str(NOTES), str(tmp_path / "direct")])
+    assert listed == direct[0] == ["notes://index"] and note == direct[1] and prompts == ["review_notes"]
+    assert unknown == (-32002, "Resource not found: other://nowhere")  # two upstreams offer resources: none owns it

@@ -92,7 +92,7 @@ def test_toolkit_opened_in_one_task_closes_in_another(tmp_path: Path):
 
 def test_sandbox_without_bubblewrap_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]):
-    import agentspec.sandbox._host as host
+    import agentspec.sandbox.confinement as host
 
     monkeypatch.setattr(host, "find_bwrap", lambda: None)
 

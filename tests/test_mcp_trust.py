@@ -13,7 +13,7 @@ from test_mcp import call
 from agentspec import Executor
 from agentspec.errors import ConfigError
 from agentspec.mcp import MCPToolkit
-from agentspec.runtime.policies import Decision
+from agentspec.runtime.policies.protocol import Decision
 from agentspec.types import Effect
 
 REPO = Path(__file__).resolve().parents[1]

@@ -59,7 +59,7 @@ def test_out_that_is_a_file_names_it_once(tau2_dir: Path, tmp_path: Path, capsys
 
 def test_no_bubblewrap_names_what_the_command_line_can_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    import agentspec.sandbox._host as host
+    import agentspec.sandbox.confinement as host
 
     monkeypatch.setattr(host, "find_bwrap", lambda: None)
     line = _error(capsys, ["run", "--bench", "workspace-demo", "--agent", "oracle", "--task-ids", "ws-rename-config",

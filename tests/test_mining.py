@@ -19,7 +19,8 @@ from agentspec.mining.candidates import Candidate, enumerate_candidates, graph_s
 from agentspec.mining.filter import FilterConfig, macro_score, select
 from agentspec.mining.labelling import Label, ReplaySandboxes, label_candidates, sample_continuations, training_states
 from agentspec.normalize import Normalizer, patterns_from_table
-from agentspec.runtime.policies import Decision, History, gold_pointer
+from agentspec.runtime.policies.protocol import Decision, History
+from agentspec.runtime.policies.scripted import gold_pointer
 from agentspec.snapshot import InProcessBackend, Snapshot
 from agentspec.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_results
 from agentspec.types import Effect, Observation, ToolCall, ToolSpec

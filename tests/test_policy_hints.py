@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentspec.runtime.policies import HINT_CALL_BYTES, HINT_CALLS, LLMPolicy, PredictedHistory, hintable
+from agentspec.runtime.policies.llm import HINT_CALL_BYTES, HINT_CALLS, LLMPolicy, hintable
+from agentspec.runtime.policies.protocol import PredictedHistory
 from agentspec.serve.protocol import MAX_HINT_BYTES, MAX_HINTS_BYTES, ChatRequest, check_hint_sizes
 from agentspec.types import ToolCall
 

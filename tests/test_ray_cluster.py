@@ -370,7 +370,7 @@ def test_agentspec_run_with_ray_writes_the_same_results_file(cluster: str, local
 
 def test_a_merge_cut_short_is_merged_again_without_changing_what_the_log_says(tau2_dir: Path, tmp_path: Path) -> None:
     from agentspec.cluster.parts import merge_finished, part_path
-    from agentspec.runtime.runlog import RunLog
+    from agentspec.runtime.runlog.writer import RunLog
 
     run(RunSpec.of(**{**BASE, "limit": 1}, data_dir=str(tau2_dir), out=str(tmp_path / "one")))
     whole = tmp_path / "one" / "run-sa.log.jsonl"
@@ -394,7 +394,7 @@ def test_a_part_merged_whole_before_the_driver_stopped_is_not_merged_again(tau2_
     """The kill campaign's finding: a driver killed between appending a finished part and deleting it left the part;
     the resume merged it again (its steps committed twice, the task finished twice in the log)."""
     from agentspec.cluster.parts import merge_finished, part_path
-    from agentspec.runtime.runlog import RunLog
+    from agentspec.runtime.runlog.writer import RunLog
 
     run(RunSpec.of(**{**BASE, "limit": 1}, data_dir=str(tau2_dir), out=str(tmp_path / "one")))
     whole = tmp_path / "one" / "run-sa.log.jsonl"
@@ -416,7 +416,7 @@ def test_a_resume_whose_first_life_left_no_header_starts_the_log_with_the_runs_s
     from agentspec.batch import ModeRun, log_config
     from agentspec.cluster.parts import merge_part
     from agentspec.cluster.ray_episodes import _prepare_log
-    from agentspec.runtime.runlog import RunLog
+    from agentspec.runtime.runlog.writer import RunLog
 
     spec = RunSpec.of(agent="oracle", out=str(tmp_path), resume=True)
     mode = spec.modes[0]
@@ -444,7 +444,8 @@ def test_a_resume_on_ray_refuses_a_task_whose_data_changed(tmp_path: Path) -> No
     its result was logged is not taken from the log (no cluster needed: the check comes before any task)."""
     from agentspec.batch import ModeRun, log_config
     from agentspec.cluster.ray_episodes import _prepare_log
-    from agentspec.runtime.runlog import RunLog, data_digest
+    from agentspec.runtime.runlog.records import data_digest
+    from agentspec.runtime.runlog.writer import RunLog
 
     spec = RunSpec.of(agent="oracle", out=str(tmp_path), resume=True)
     mode = spec.modes[0]
@@ -463,7 +464,7 @@ def test_a_forged_part_is_refused_not_signed_into_the_run_log(tmp_path: Path) ->
     """A merge signs the part's records again after the run log's last one: a record edited in the part is refused
     with its line first, so the merge never vouches for it."""
     from agentspec.cluster.parts import merge_part
-    from agentspec.runtime.runlog import RunLog
+    from agentspec.runtime.runlog.writer import RunLog
 
     part, run_log = tmp_path / "part.jsonl", tmp_path / "run-sa.log.jsonl"
     log = RunLog(part)

@@ -143,6 +143,17 @@ def responder(request):
     return reply
 
 
+def any_agent(request):
+    """A scripted endpoint any shown command can talk to: a user simulator states a problem, then ends the
+    conversation; an agent ends its task (``done`` where it has the tool, else a closing message)."""
+    system = next((m.get("content") or "" for m in request["messages"] if m["role"] == "system"), "")
+    tools = {t["function"]["name"] for t in request.get("tools") or []}
+    if "playing the role of a customer" in system:  # tau2's user simulator (its own turns are "assistant" ones)
+        spoke = any(m["role"] == "assistant" for m in request["messages"])
+        return {"content": "###STOP###" if spoke else "My phone shows no service."}
+    return {"tool_calls": [{"name": "done", "arguments": {}}]} if "done" in tools else {"content": "Goodbye."}
+
+
 def _scripted_endpoints(monkeypatch, srv: ScriptedOpenAIServer) -> None:
     monkeypatch.setenv("AGENTSPEC_AGENT_BASE_URL", srv.base_url)
     monkeypatch.setenv("AGENTSPEC_AGENT_MODEL", "authority")
@@ -223,7 +234,8 @@ def test_every_block_says_how_it_is_tested():
     blocks = shown_blocks()
     assert [b.where for b in blocks if b.kind not in ("run", "skip", "slow", "needs")] == []
     assert [b.where for b in blocks if b.kind == "skip" and not b.reason] == []
-    assert [b.where for b in blocks if b.kind == "needs" and b.reason not in ("bwrap", "docker")] == []
+    assert [b.where for b in blocks if b.kind == "needs" and b.reason not in ("bwrap", "docker")
+            and not re.fullmatch(r"endpoint 127\.0\.0\.1:\d+", b.reason)] == []
     assert sum(b.kind in ("run", "slow", "needs") for b in blocks) >= 10, "most shown commands should run"
 
 
@@ -262,9 +274,21 @@ def test_shown_commands_run(block: ShownBlock, tmp_path, tau2_dir, request):
         require_bwrap()
     if block.kind == "needs" and block.reason == "docker":
         request.getfixturevalue("docker_client")  # an engine (DOCKER_HOST set), or the skip saying why not
-    done = run_shown(block.body, tmp_path, tau2_dir.parent)
+    if block.kind == "needs" and block.reason.startswith("endpoint "):
+        port = int(block.reason.rsplit(":", 1)[1])
+        try:
+            endpoint = ScriptedOpenAIServer(any_agent, port=port).__enter__()
+        except OSError as exc:
+            pytest.skip(f"{block.where}: port {port} of 127.0.0.1 is in use here ({exc.strerror}): the block's endpoint")
+        try:
+            done = run_shown(block.body, tmp_path, tau2_dir.parent)
+        finally:
+            endpoint.__exit__(None, None, None)
+    else:
+        endpoint, done = None, run_shown(block.body, tmp_path, tau2_dir.parent)
     assert done.returncode == 0, (f"{block.where} failed (exit {done.returncode}):\n{block.body}\n"
                                   f"--- stdout (end)\n{done.stdout[-2000:]}\n--- stderr (end)\n{done.stderr[-3000:]}")
+    assert endpoint is None or endpoint.requests, f"{block.where}: the shown command never asked its endpoint"
 
 
 def test_the_first_command_runs(tmp_path, tau2_dir):

@@ -21,8 +21,8 @@ from agentspec.cli import main
 from agentspec.errors import ConfigError
 from agentspec.pipeline import run
 from agentspec.run_spec import RunSpec
-from agentspec.runtime.chain_verify import ChainVerdict
-from agentspec.runtime.recorded import VERIFY_SHARE, RecordedAuthority
+from agentspec.runtime.chain_verification import ChainVerdict
+from agentspec.runtime.recorded_agent import VERIFY_SHARE, RecordedAuthority
 from agentspec.types import Observation
 
 SOLO = "sierra_gpt-4.1_telecom_solo.json"

@@ -23,9 +23,10 @@ import pytest
 
 from agentspec.cli import main
 from agentspec.errors import ConfigError
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
-from agentspec.runtime.policies import OracleAuthority
-from agentspec.runtime.runlog import RunLog
+from agentspec.runtime.config import ExecutorConfig
+from agentspec.runtime.executor import ExecutionLoop
+from agentspec.runtime.policies.scripted import OracleAuthority
+from agentspec.runtime.runlog.writer import RunLog
 from agentspec.sandbox.sqlite_backend import SqliteBackend
 from agentspec.snapshot import InProcessBackend, resume_by
 from agentspec.types import ToolCall

@@ -20,8 +20,10 @@ from toy_env import KVEnvironment
 from agentspec import Executor
 from agentspec.errors import ConfigError
 from agentspec.macros import Macro, MacroLibrary, MacroStep
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
-from agentspec.runtime.runlog import RunLog, signed_line
+from agentspec.runtime.config import ExecutorConfig
+from agentspec.runtime.executor import ExecutionLoop
+from agentspec.runtime.runlog.records import signed_line
+from agentspec.runtime.runlog.writer import RunLog
 from agentspec.snapshot import InProcessBackend
 from agentspec.types import Observation, ToolCall
 
@@ -264,7 +266,7 @@ class _Scripted:
         self.decisions, self.die_after = 0, die_after
 
     async def decide(self, history):
-        from agentspec.runtime.policies import Decision
+        from agentspec.runtime.policies.protocol import Decision
 
         if self.die_after is not None and self.decisions >= self.die_after:
             raise _Died  # the process dies here
@@ -277,16 +279,17 @@ class _Scripted:
 def test_the_api_resumes_from_its_log_exactly_once(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTSPEC_CACHE", str(tmp_path / "cache"))
     env = KVEnvironment()
-    log = tmp_path / "api.jsonl"
+    out = tmp_path / "api"
+    log = out / "run-sequential.log.jsonl"
     with pytest.raises(BaseExceptionGroup) as died:
-        Executor(env, authority=_Scripted(die_after=3), mode="sequential", log=log).run_sync("count things")
+        Executor(env, authority=_Scripted(die_after=3), mode="sequential", out=out).run_sync("count things")
     assert died.group_contains(_Died)
     assert env.tools.journal == ["put a 1", "incr a"]
-    resumed = Executor(KVEnvironment(), authority=_Scripted(), mode="sequential", log=log)
+    resumed = Executor(KVEnvironment(), authority=_Scripted(), mode="sequential", out=out)
     result = resumed.run_sync("count things")
     assert [s.call for s in result.steps] == SCRIPT and result.answer == "finished"
     assert resumed.backend.live.state["journal"] == ["put a 1", "incr a", "incr b", "reset b", "notify hi"]
-    executor = Executor(KVEnvironment(), authority=_Scripted(), mode="sequential", log=log)
+    executor = Executor(KVEnvironment(), authority=_Scripted(), mode="sequential", out=out)
     again = executor.run_sync("count things")  # finished in the log: nothing runs again
     assert again.answer == "finished" and [s.call for s in again.steps] == SCRIPT
     assert executor.backend.live.state["journal"] == []  # this executor applied no effect at all
@@ -297,7 +300,8 @@ def test_the_api_resumes_from_its_log_exactly_once(tmp_path, monkeypatch):
 def test_api_log_keys_do_not_collide(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTSPEC_CACHE", str(tmp_path / "cache"))
     prefix = "x" * 80
-    log = tmp_path / "api.jsonl"
+    out = tmp_path / "api"
+    log = out / "run-sequential.log.jsonl"
     for suffix in ("one", "two"):
-        Executor(KVEnvironment(), authority=_Scripted(), mode="sequential", log=log).run_sync(prefix + suffix)
+        Executor(KVEnvironment(), authority=_Scripted(), mode="sequential", out=out).run_sync(prefix + suffix)
     assert len(RunLog.read(log)) == 2

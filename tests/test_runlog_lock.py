@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentspec.errors import ConfigError
-from agentspec.runtime.runlog import LOCK_NAME, locked_out
+from agentspec.runtime.runlog.lock import LOCK_NAME, locked_out
 
 
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])

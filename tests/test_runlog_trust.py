@@ -19,7 +19,9 @@ from agentspec.batch import log_config, prior_log
 from agentspec.cli import main
 from agentspec.errors import ConfigError
 from agentspec.run_spec import RunSpec
-from agentspec.runtime.runlog import RunLog, data_digest, locked_out
+from agentspec.runtime.runlog.lock import locked_out
+from agentspec.runtime.runlog.records import data_digest
+from agentspec.runtime.runlog.writer import RunLog
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,7 +66,7 @@ def test_a_run_over_an_earlier_log_is_refused_unless_resumed_or_overwritten(tau2
 
 _HOLD = """
 import sys, time
-from agentspec.runtime.runlog import locked_out
+from agentspec.runtime.runlog.lock import locked_out
 with locked_out(sys.argv[1]):
     print("held", flush=True)
     time.sleep(60)
@@ -242,7 +244,7 @@ def test_task_digests_are_the_same_in_every_process():
     """A task's gold calls get fresh call ids on every load: the digest must not see them, or no resume would pass."""
     from agentspec.bench.registry import open_bench
 
-    code = ("import json; from agentspec.bench.registry import open_bench; from agentspec.runtime.runlog import "
+    code = ("import json; from agentspec.bench.registry import open_bench; from agentspec.runtime.runlog.records import "
             "data_digest; b = open_bench('workspace-demo', None); print(json.dumps([data_digest(t) for t in b.tasks(b.default_split)]))")
     there = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                       cwd=REPO).stdout)

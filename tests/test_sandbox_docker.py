@@ -16,7 +16,7 @@ import pytest
 from sandbox_support import REPO, SPAWN_200, C, read_tree, unavailable
 
 from agentspec.cli import main
-from agentspec.sandbox._docker import BACKEND, OWNER, disk_cap, sweep
+from agentspec.sandbox.containers import BACKEND, OWNER, disk_cap, sweep
 from agentspec.sandbox.docker_backend import DockerBackend
 from agentspec.sandbox.program import Limits
 from envs.workspace.environment import workspace_program
@@ -162,7 +162,7 @@ def test_leftovers_of_a_killed_process_are_swept(docker_client: Any, dev_image: 
 def test_build_command_caches_by_content_hash(docker_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sandbox", "build", "dev"]) == 0
     first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["images"][0]
-    assert main(["sandbox", "build", str(REPO / "envs" / "sandboxes" / "dev.toml")]) == 0
+    assert main(["sandbox", "build", str(REPO / "agentspec" / "sandbox" / "definitions" / "dev.toml")]) == 0
     second = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["images"][0]
     assert second["cached"] and second["id"] == first["id"] and second["tag"].startswith("agentspec-dev:")
 
@@ -212,18 +212,18 @@ async def test_disk_limit_is_enforced(docker_client: Any, dev_image: str) -> Non
 async def test_an_engine_that_cannot_cap_the_disk_is_refused(docker_client: Any, dev_image: str) -> None:
     """The refusal names the cause and the way out; ``disk_bytes=None`` is the reported opt-out."""
     from agentspec.errors import SnapshotError
-    from agentspec.sandbox import _docker
+    from agentspec.sandbox import containers
 
     refusal = docker.errors.APIError("--storage-opt is supported only for overlay over xfs with 'pquota' mount option")
-    assert _docker.is_disk_limit_refusal(refusal)
-    assert "Limits(disk_bytes=None)" in str(_docker.disk_limit_error(refusal))
+    assert containers.is_disk_limit_refusal(refusal)
+    assert "Limits(disk_bytes=None)" in str(containers.disk_limit_error(refusal))
     async with _backend(docker_client, dev_image, limits=Limits(disk_bytes=None, pids=None)) as backend:
         host = docker_client.api.inspect_container(backend.live_container)["HostConfig"]
         assert not host.get("StorageOpt") and backend.weakened == "no-pids-limit,no-disk-limit"
         assert backend.isolation["disk_bytes"] is None
         assert (await backend.execute(C("run_shell", command="echo ok"))).isolation == "no-pids-limit,no-disk-limit"
     with pytest.raises(SnapshotError):
-        raise _docker.disk_limit_error(refusal)
+        raise containers.disk_limit_error(refusal)
 
 
 @pytest.mark.parametrize("commit_mode", ["promote", "diff"])

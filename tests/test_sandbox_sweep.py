@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from sandbox_support import require_bwrap
 
-from agentspec.sandbox._owner import start_time
 from agentspec.sandbox.overlay import PREFIX, scratch_bases, sweep_scratch
+from agentspec.sandbox.owner import start_time
 
 
 def dead_process() -> tuple[int, str]:

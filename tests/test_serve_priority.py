@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from agentspec.serve.priority import PriorityGate
+from agentspec.engine.priority import PriorityGate
 
 
 def virtual(fn: Any) -> Any:
@@ -51,8 +51,8 @@ def test_the_gate_holds_a_worse_priority_until_the_better_ones_have_settled() ->
 def _model(name: str) -> Any:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
+    from agentspec.engine.model import load_model
     from agentspec.errors import ConfigError
-    from agentspec.models.local import load_model
     from agentspec.models.registry import resolve
 
     try:
@@ -62,7 +62,7 @@ def _model(name: str) -> Any:
 
 
 async def _tokens(engine: Any, prompt: list[int], priority: int, times: list[float] | None = None) -> list[int]:
-    from agentspec.decoding.generation import SamplingParams
+    from agentspec.engine.generation import SamplingParams
 
     out: list[int] = []
     async for step, _finish in engine.generate(prompt, SamplingParams(max_tokens=12, ignore_eos=True),
@@ -74,9 +74,9 @@ async def _tokens(engine: Any, prompt: list[int], priority: int, times: list[flo
 
 
 def test_two_models_with_one_gate_the_background_one_waits_and_decodes_as_alone() -> None:
-    from agentspec.models.local import load_model
+    from agentspec.engine.model import load_model
+    from agentspec.engine.scheduler import Engine, PrefixCache
     from agentspec.models.registry import resolve
-    from agentspec.serve.engine import Engine, PrefixCache
 
     lm = _model("smollm2-135m")
     other = load_model(resolve("smollm2-135m"), linear="stock")  # a second model object, as a second --model is
@@ -105,7 +105,7 @@ def test_two_models_with_one_gate_the_background_one_waits_and_decodes_as_alone(
 
 
 def test_a_background_request_cancelled_while_held_leaves_the_engine_serving() -> None:
-    from agentspec.serve.engine import Engine, PrefixCache
+    from agentspec.engine.scheduler import Engine, PrefixCache
 
     lm = _model("smollm2-135m")
     gate = PriorityGate()

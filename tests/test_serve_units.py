@@ -13,13 +13,14 @@ import anyio
 import numpy as np
 import pytest
 
-from agentspec.decoding.generation import Generator, RequestContext, SamplingParams, TokenOut, TokenStream
-from agentspec.decoding.grammar import GrammarConstraint
-from agentspec.decoding.kv_cache import Reuse
-from agentspec.decoding.plain import PlainGenerator
+from agentspec.decoding.serving import RequestContext
+from agentspec.engine.generation import Generator, SamplingParams, TokenOut, TokenStream
+from agentspec.engine.grammar import GrammarConstraint
+from agentspec.engine.kv_cache import Reuse
+from agentspec.engine.model import LocalModel
+from agentspec.engine.plain import PlainGenerator
+from agentspec.engine.scheduler import Engine, PrefixCache
 from agentspec.models import extract_tool_calls
-from agentspec.models.local import LocalModel
-from agentspec.serve.engine import Engine, PrefixCache
 from agentspec.serve.protocol import APIError, parse_request
 from agentspec.serve.text import TextAssembler, ToolCallHoldback
 
@@ -137,10 +138,10 @@ def test_request_validation_is_a_400(body: bytes) -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["agentspec.serve", "agentspec.serve.app", "agentspec.serve.engine", "agentspec.decoding.grammar",
+    ["agentspec.serve", "agentspec.serve.app", "agentspec.engine.scheduler", "agentspec.engine.grammar",
      "agentspec.serve.completions", "agentspec.serve.protocol", "agentspec.serve.text", "agentspec.serve.prompt",
      "agentspec.serve.server", "agentspec.serve.lifeline", "agentspec.serve.hints", "agentspec.serve.schema_check",
-     "agentspec.models.registry", "agentspec.models.local",
+     "agentspec.models.registry", "agentspec.engine.model",
      "agentspec.models.embedded"],
 )
 def test_all_names_exist(module: str) -> None:

@@ -8,9 +8,11 @@ import pytest
 from test_executor_safety import SCRIPT, run_trio
 from toy_env import KVEnvironment
 
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
+from agentspec.runtime.config import ExecutorConfig
+from agentspec.runtime.executor import ExecutionLoop
 from agentspec.runtime.latency import LatencyModel, ModelLatency, ToolLatency, estimate_tokens
-from agentspec.runtime.policies import DraftedHistory, NoisyOracleSpeculator, OracleAuthority
+from agentspec.runtime.policies.protocol import DraftedHistory
+from agentspec.runtime.policies.scripted import NoisyOracleSpeculator, OracleAuthority
 from agentspec.runtime.probe import SimulatedProber
 from agentspec.runtime.simulated import SimulatedLatency, SimulatedProbeLatency, untimed
 from agentspec.snapshot import InProcessBackend

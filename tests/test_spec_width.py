@@ -11,8 +11,9 @@ from trio.testing import MockClock
 
 from agentspec.assembly import executor_config
 from agentspec.run_spec import RunSpec
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
-from agentspec.runtime.policies import Decision, History, committed_steps
+from agentspec.runtime.config import ExecutorConfig
+from agentspec.runtime.executor import ExecutionLoop
+from agentspec.runtime.policies.protocol import Decision, History, committed_steps
 from agentspec.snapshot import InProcessBackend
 from agentspec.types import ToolCall
 

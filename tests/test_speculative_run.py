@@ -181,9 +181,9 @@ def test_smc_without_macros_uses_the_shipped_library_and_says_so(tau2_dir, capsy
 
 
 def test_smc_refuses_when_no_library_can_be_found(tau2_dir, capsys, monkeypatch):
-    from agentspec.bench import registry
+    from envs.tau2_telecom.bench import TelecomBench
 
-    monkeypatch.setitem(registry.MACROS, "tau2-telecom", "macros/missing.json")
+    monkeypatch.setattr(TelecomBench, "shipped_macros", TelecomBench.shipped_macros.with_name("missing.json"))
     code = main(["run", "--bench", "tau2-telecom", "--solo", "--agent", "oracle", "--mode", "smc", "--speculator-model",
                  "noisy-oracle:0.8", "--limit", "1", "--data-dir", str(tau2_dir), "--no-progress"])
     err = capsys.readouterr().err

@@ -11,13 +11,20 @@ import anyio
 from test_speculator_core import PATTERNS, fitted, lookahead_trajectories, obs
 from toy_env import KVEnvironment
 
+from agentspec.learned_speculator.lookahead import (
+    ForkLookahead,
+    Probe,
+    ProbeRun,
+    candidate_probes,
+    chained_probes,
+    run_probes,
+)
+from agentspec.learned_speculator.policy import LearnedSpeculator
+from agentspec.learned_speculator.sources import Context, Source, TypedValues
+from agentspec.learned_speculator.trajectories import Trajectory
 from agentspec.normalize import Normalizer, patterns_from_table
-from agentspec.runtime.policies import DraftedHistory
+from agentspec.runtime.policies.protocol import DraftedHistory
 from agentspec.snapshot import InProcessBackend
-from agentspec.speculator.lookahead import ForkLookahead, Probe, ProbeRun, candidate_probes, chained_probes, run_probes
-from agentspec.speculator.policy import LearnedSpeculator
-from agentspec.speculator.sources import Context, Source, TypedValues
-from agentspec.speculator.trajectories import Trajectory
 from agentspec.types import Effect, Observation, ToolCall, ToolSpec
 
 NORMALIZER = Normalizer(patterns_from_table(PATTERNS))

@@ -13,11 +13,8 @@ import pytest
 from toy_env import KVEnvironment
 
 from agentspec.cli import main
-from agentspec.normalize import Normalizer, patterns_from_table
-from agentspec.runtime.policies import DraftedHistory
-from agentspec.snapshot import InProcessBackend
-from agentspec.speculator.artifact import Artifact, FittedOn, load
-from agentspec.speculator.fit import (
+from agentspec.learned_speculator.artifact import Artifact, FittedOn, load
+from agentspec.learned_speculator.fit import (
     HISTORY_MIN_SCORE,
     HISTORY_SCORE,
     LOOKAHEAD_MIN_SCORE,
@@ -25,10 +22,13 @@ from agentspec.speculator.fit import (
     decision_list,
     fit,
 )
-from agentspec.speculator.lookahead import ForkLookahead, Probe
-from agentspec.speculator.policy import LearnedSpeculator
-from agentspec.speculator.sources import Source
-from agentspec.speculator.trajectories import Trajectory
+from agentspec.learned_speculator.lookahead import ForkLookahead, Probe
+from agentspec.learned_speculator.policy import LearnedSpeculator
+from agentspec.learned_speculator.sources import Source
+from agentspec.learned_speculator.trajectories import Trajectory
+from agentspec.normalize import Normalizer, patterns_from_table
+from agentspec.runtime.policies.protocol import DraftedHistory
+from agentspec.snapshot import InProcessBackend
 from agentspec.types import Observation, ToolCall
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,7 +196,7 @@ def test_a_malformed_or_foreign_speculator_file_exits_2_with_one_line(tmp_path: 
 
 
 def test_the_models_caches_stay_bounded_however_many_calls_and_texts_it_sees() -> None:
-    from agentspec.speculator.model import CACHE_SIZE
+    from agentspec.learned_speculator.model import CACHE_SIZE
 
     model = fitted([episode(i, vip=i % 3 == 0) for i in range(6)])
     first = ToolCall(name="lookup", arguments={"phone_number": "555-010-0"})
@@ -222,11 +222,12 @@ def _tool_names() -> set[str]:
 
 
 def test_the_speculator_package_names_no_bench_and_no_tool(bench) -> None:
-    from agentspec.bench.registry import BENCHES
+    from agentspec.bench.registry import bench_names
 
     tools = _tool_names() | {spec.name for spec in bench.tools(bench.tasks("base")[0], solo=True)}
     assert len(tools) > 40  # the check sees the benches' tools (tau2's alone are over 40)
-    words = set(BENCHES) | {part for name in BENCHES for part in re.split(r"[-_]", name)} | {"tau2", "telecom"}
+    benches = bench_names()
+    words = set(benches) | {part for name in benches for part in re.split(r"[-_]", name)} | {"tau2", "telecom"}
     source = "\n".join(p.read_text(encoding="utf-8") for p in sorted((REPO / "agentspec" / "speculator").glob("*.py")))
     found = sorted(w for w in tools | words if len(w) > 3 and re.search(rf"(?<![\w]){re.escape(w)}(?![\w])", source))
     assert not found, f"the speculator package names a bench or tool: {found}"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
+from agentspec.learned_speculator.fit import MAX_SOURCES, fit, keep_sources
+from agentspec.learned_speculator.model import RankedSource
+from agentspec.learned_speculator.sources import NUMBER, Context, Source, TypedValues, candidate_sources, evaluate
+from agentspec.learned_speculator.trajectories import Trajectory
 from agentspec.normalize import Normalizer, patterns_from_table
-from agentspec.speculator.fit import MAX_SOURCES, fit, keep_sources
-from agentspec.speculator.model import RankedSource
-from agentspec.speculator.sources import NUMBER, Context, Source, TypedValues, candidate_sources, evaluate
-from agentspec.speculator.trajectories import Trajectory
 from agentspec.types import Observation, ToolCall
 
 PATTERNS = [("account", r"A\d{4,}", None), ("amount", r"-?\d+(\.\d+)?", "amount|_gb$")]

@@ -16,11 +16,11 @@ from agentspec import ConfigError, Executor, Toolkit, tool
 from agentspec.api import DEFAULT_PROMPT
 from agentspec.cli import main
 from agentspec.data import sha256_file
+from agentspec.learned_speculator.artifact import Artifact, FittedOn, inputs_digest
+from agentspec.learned_speculator.fit import fit
+from agentspec.learned_speculator.trajectories import Trajectory
 from agentspec.normalize import Normalizer, patterns_from_table
-from agentspec.runtime.policies import OracleAuthority
-from agentspec.speculator.artifact import Artifact, FittedOn, inputs_digest
-from agentspec.speculator.fit import fit
-from agentspec.speculator.trajectories import Trajectory
+from agentspec.runtime.policies.scripted import OracleAuthority
 from agentspec.types import ToolCall
 from envs.tau2_telecom.dataset import TAU2_DATA
 
@@ -217,7 +217,7 @@ def renamed(tau2_dir, tmp_path_factory) -> tuple[Path, list[str]]:
 @pytest.fixture(scope="module")
 def tau2_speculator(bench, tmp_path_factory) -> Path:
     """A speculator fitted on a few train tasks of the pinned release (what `speculator fit` fits with)."""
-    from agentspec.speculator.command import fit_bench
+    from agentspec.learned_speculator.command import fit_bench
 
     artifact = anyio.run(lambda: fit_bench(bench, bench.tasks("train", limit=4), split="train"))
     path = tmp_path_factory.mktemp("tau2-spec") / "spec.json"
@@ -309,7 +309,7 @@ def test_learn_online_refuses_trials_and_resume(tau2_dir, tau2_speculator, tmp_p
 def test_a_further_learned_speculator_gets_its_file_and_its_lookahead(bench, tau2_speculator) -> None:
     from agentspec import RunSpec
     from agentspec.assembly import episode_parts, govern, mode_governor, resolve_learned
-    from agentspec.speculator.runs import model_at
+    from agentspec.learned_speculator.runs import model_at
 
     learned = f"learned:{tau2_speculator}"
     spec = RunSpec.of(bench="tau2-telecom", agent="oracle", solo=True, modes="sa", speculator_model=learned,

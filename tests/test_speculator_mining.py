@@ -14,12 +14,12 @@ from toy_env import KVEnvironment
 
 from agentspec.cli import main
 from agentspec.errors import SnapshotError
+from agentspec.learned_speculator.artifact import Artifact, load
+from agentspec.learned_speculator.lookahead import ForkLookahead, Probe, ProbeRun, run_probes
+from agentspec.learned_speculator.policy import LearnedSpeculator
+from agentspec.learned_speculator.sources import Context, Source, TypedValues
 from agentspec.mining.labelling import ForkOnlyLookahead, ReplaySandboxes, sample_continuations
 from agentspec.snapshot import InProcessBackend
-from agentspec.speculator.artifact import Artifact, load
-from agentspec.speculator.lookahead import ForkLookahead, Probe, ProbeRun, run_probes
-from agentspec.speculator.policy import LearnedSpeculator
-from agentspec.speculator.sources import Context, Source, TypedValues
 from agentspec.trajectories import MinedTrajectory
 from agentspec.types import ToolCall
 
@@ -118,7 +118,7 @@ def test_the_speculator_obeys_the_files_cap_and_counts_what_it_cut(tmp_path) -> 
 
 
 def test_speculator_score_takes_a_lookahead_cap_and_reports_it(bench, tau2_dir, tmp_path, capsys) -> None:
-    from agentspec.speculator.command import fit_bench
+    from agentspec.learned_speculator.command import fit_bench
 
     artifact = anyio.run(lambda: fit_bench(bench, bench.tasks("train", limit=6), split="train"))
     path = tmp_path / "spec.json"

@@ -11,11 +11,11 @@ import pytest
 from test_speculator_core import PATTERNS, episode, fitted, obs
 
 from agentspec.cli import main
-from agentspec.speculator.artifact import Artifact, FittedOn, load
-from agentspec.speculator.command import fit_bench
-from agentspec.speculator.online import OnlineLearner
-from agentspec.speculator.score import score_tasks
-from agentspec.speculator.trajectories import Trajectory
+from agentspec.learned_speculator.artifact import Artifact, FittedOn, load
+from agentspec.learned_speculator.command import fit_bench
+from agentspec.learned_speculator.online import OnlineLearner
+from agentspec.learned_speculator.score import score_tasks
+from agentspec.learned_speculator.trajectories import Trajectory
 from agentspec.types import ToolCall
 
 

@@ -10,16 +10,16 @@ from typing import Any
 
 import anyio
 
+from agentspec.learned_speculator.fit import fit
+from agentspec.learned_speculator.model import Rule, SpeculatorModel
+from agentspec.learned_speculator.policy import LearnedSpeculator
+from agentspec.learned_speculator.score import score_runs, summarise
+from agentspec.learned_speculator.sources import Context, Source, TypedValues, candidate_sources, evaluate
+from agentspec.learned_speculator.targets import END, Target
+from agentspec.learned_speculator.trajectories import AGENT_VIEW, Trajectory, collect, run_trajectories, solo_view
 from agentspec.normalize import Normalizer, patterns_from_table
 from agentspec.runtime.conversation import say
-from agentspec.runtime.recorded import RecordedDecision, RecordedEpisode, RecordedTurn, RecordedUserCall
-from agentspec.speculator.fit import fit
-from agentspec.speculator.model import Rule, SpeculatorModel
-from agentspec.speculator.policy import LearnedSpeculator
-from agentspec.speculator.score import score_runs, summarise
-from agentspec.speculator.sources import Context, Source, TypedValues, candidate_sources, evaluate
-from agentspec.speculator.targets import END, Target
-from agentspec.speculator.trajectories import AGENT_VIEW, Trajectory, collect, run_trajectories, solo_view
+from agentspec.runtime.recording import RecordedDecision, RecordedEpisode, RecordedTurn, RecordedUserCall
 from agentspec.types import Observation, ToolCall
 
 PATTERNS = [("customer", r"C\d{4,}", None), ("line", r"L\d{4,}", None), ("plan", r"P\d{4,}", None),

@@ -11,15 +11,17 @@ import anyio
 import pytest
 
 from agentspec.cli import main
+from agentspec.learned_speculator.command import fit_bench
+from agentspec.learned_speculator.model import SpeculatorModel
+from agentspec.learned_speculator.policy import LearnedSpeculator
+from agentspec.learned_speculator.score import cross_validate, folds_of, score_tasks, summarise
+from agentspec.learned_speculator.trajectories import gold_calls, task_text
 from agentspec.pipeline import run
 from agentspec.run_spec import RunSpec
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
-from agentspec.runtime.policies import Decision, History, OracleAuthority
-from agentspec.speculator.command import fit_bench
-from agentspec.speculator.model import SpeculatorModel
-from agentspec.speculator.policy import LearnedSpeculator
-from agentspec.speculator.score import cross_validate, folds_of, score_tasks, summarise
-from agentspec.speculator.trajectories import gold_calls, task_text
+from agentspec.runtime.config import ExecutorConfig
+from agentspec.runtime.executor import ExecutionLoop
+from agentspec.runtime.policies.protocol import Decision, History
+from agentspec.runtime.policies.scripted import OracleAuthority
 from agentspec.types import ToolCall
 
 
@@ -56,7 +58,7 @@ def test_cross_validation_fits_each_fold_without_it(bench) -> None:
 
 
 def test_scoring_with_lookahead_guesses_better_and_counts_its_calls(bench, spec_file: Path) -> None:
-    from agentspec.speculator.artifact import load
+    from agentspec.learned_speculator.artifact import load
 
     model = load(spec_file).model
     tasks = bench.tasks("test", limit=8)
@@ -94,7 +96,7 @@ class Recording:
 
 
 def test_the_head_guess_reaches_the_authority_from_its_first_decision(bench, spec_file: Path) -> None:
-    from agentspec.speculator.artifact import load
+    from agentspec.learned_speculator.artifact import load
 
     task = bench.tasks("test")[0]
     gold = gold_calls(bench, task)

@@ -12,15 +12,17 @@ from hypothesis import strategies as st
 from test_executor_safety import SCRIPT, calls, replay, run_trio
 from toy_env import KVEnvironment
 
+from agentspec.runtime.config import ExecutorConfig, SporkConfig
 from agentspec.runtime.cost_model import CostModel
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
+from agentspec.runtime.executor import ExecutionLoop
 from agentspec.runtime.latency import LatencyModel, ModelLatency, ToolLatency
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
 from agentspec.runtime.modes import Mode
-from agentspec.runtime.policies import Decision, OracleAuthority
+from agentspec.runtime.policies.protocol import Decision
+from agentspec.runtime.policies.scripted import OracleAuthority
 from agentspec.runtime.probe import ProbeResult, confidence, parse_probe, schema_errors
 from agentspec.runtime.simulated import SimulatedLatency
-from agentspec.runtime.spork import Spork, SporkConfig
+from agentspec.runtime.spork import Spork
 from agentspec.snapshot import InProcessBackend, InProcessSandbox
 from agentspec.types import ToolCall, ToolSpec
 
@@ -319,7 +321,7 @@ def test_probes_of_a_real_served_model_share_its_prefix_and_change_nothing():
     from local_models import served
 
     from agentspec.models import ModelClient, ModelConfig
-    from agentspec.runtime.policies import LLMPolicy
+    from agentspec.runtime.policies.llm import LLMPolicy
     from agentspec.runtime.probe import LLMProber
 
     model = "smollm2-135m"
@@ -362,7 +364,7 @@ def test_llm_probes_fork_the_authority_request_and_name_it_for_hints():
     from scripted_openai_server import ScriptedOpenAIServer
 
     from agentspec.models import ModelClient, ModelConfig
-    from agentspec.runtime.policies import LLMPolicy
+    from agentspec.runtime.policies.llm import LLMPolicy
     from agentspec.runtime.probe import FENCED_OPENING, LLMProber
 
     call_text = 'get", "arguments": {"key": "a"}}\n```'

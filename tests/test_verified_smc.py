@@ -17,12 +17,14 @@ from agentspec.api import run as api_run
 from agentspec.cli import main
 from agentspec.macros import Macro, MacroLibrary, MacroStep
 from agentspec.run_spec import RunSpec
-from agentspec.runtime.chain_verify import ChainVerdict, VerifiesChains, commit_mode, verify_by_deciding
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
+from agentspec.runtime.chain_verification import ChainVerdict, VerifiesChains, commit_mode, verify_by_deciding
+from agentspec.runtime.config import ExecutorConfig
+from agentspec.runtime.executor import ExecutionLoop
 from agentspec.runtime.latency import LatencyModel, ModelLatency
-from agentspec.runtime.metrics import aggregate
-from agentspec.runtime.policies import Decision, OracleAuthority
+from agentspec.runtime.policies.protocol import Decision
+from agentspec.runtime.policies.scripted import OracleAuthority
 from agentspec.runtime.simulated import SimulatedLatency, untimed
+from agentspec.runtime.summary import aggregate
 from agentspec.snapshot import InProcessBackend
 from agentspec.types import Observation, ToolCall
 

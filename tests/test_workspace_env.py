@@ -11,8 +11,9 @@ import pytest
 from sandbox_support import C, needs_bwrap  # noqa: F401 - fixture
 
 from agentspec.errors import ConfigError
-from agentspec.runtime.executor import ExecutionLoop, ExecutorConfig
-from agentspec.runtime.policies import Decision
+from agentspec.runtime.config import ExecutorConfig
+from agentspec.runtime.executor import ExecutionLoop
+from agentspec.runtime.policies.protocol import Decision
 from agentspec.sandbox.program import Limits, Op, plan
 from agentspec.types import Effect, Observation, ToolCall
 from envs.workspace import WorkspaceTools, open_workspace, workspace_program

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentspec.bench.protocol import Score
+from agentspec.errors import AgentSpecError
 from agentspec.types import Trajectory
+
+if TYPE_CHECKING:
+    from agentspec.runtime.executor import ExecutionResult
 
 
 @dataclass
@@ -24,6 +28,11 @@ class Episode:
     """Speculative-executor details (mode, metrics, committed step sources, timeline) when one ran."""
     ended_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     """When the episode ended (ISO 8601, UTC): an Episode is built once its episode is over and scored."""
+    result: ExecutionResult | None = field(default=None, repr=False, compare=False)
+    """The executor's own result (committed steps with their sources, metrics, timeline), for callers in this
+    process (the Python API); None where the episode failed.  Not part of the record."""
+    failure: AgentSpecError | None = field(default=None, repr=False, compare=False)
+    """The error recorded as ``error``, for a caller that raises it (the Python API)."""
 
     @property
     def reward(self) -> float:

@@ -11,7 +11,11 @@ mode; no bench builds an executor.
 What only some benches have is a protocol of its own, found with ``isinstance``:
 a user simulator (:class:`UserSimulator`), figures of their own per mode
 (:class:`ModeFigures`), their tools' own output formats (:class:`OfficialOutputs`),
-a scorer for answer files (:class:`AnswerScorer`).  What every bench shares is
+a scorer for answer files (:class:`AnswerScorer`).  A bench *class* registers itself
+under the ``agentspec.benches`` entry point group (:mod:`agentspec.bench.registry`),
+and what only some classes have is a protocol too: data agentspec pins
+(:class:`PinnedData`), a setup step (:class:`SetUp`), a shipped macro library
+(:class:`ShippedMacros`).  What every bench shares is
 written once here: the ``done`` tool (:func:`done_tool`) and the distractors of
 a noisy speculator (:func:`distractors`); an in-process toolkit environment is
 :class:`agentspec.env.ToolkitEnvironment`.
@@ -35,9 +39,10 @@ from agentspec.errors import ConfigError
 from agentspec.types import Effect, Requestor, Step, TerminationReason, ToolCall, ToolSpec
 
 if TYPE_CHECKING:  # a bench module imports this one: it stays free of the model clients and the runtime
+    from agentspec.data import DataSpec
     from agentspec.models import ModelClient
     from agentspec.runtime.conversation import User
-    from agentspec.runtime.recorded import Recording
+    from agentspec.runtime.recording import Recording
     from agentspec.snapshot import SnapshotBackend
 
 
@@ -180,6 +185,34 @@ class RecordedRuns(Protocol):
 def recording_at(bench: Bench[Any], path: str | Path) -> Recording | None:
     """:meth:`RecordedRuns.read_recording` of ``bench`` (None for a bench that reads no recordings)."""
     return bench.read_recording(path) if isinstance(bench, RecordedRuns) else None
+
+
+# --- what a registered bench class may have besides ``from_data_dir``: found with isinstance on the class ------
+
+
+@runtime_checkable
+class PinnedData(Protocol):
+    """A bench class whose data agentspec fetches and verifies by sha256 (``agentspec data pull --bench NAME``)."""
+
+    data: DataSpec
+
+
+@runtime_checkable
+class SetUp(Protocol):
+    """A bench class whose engine needs setting up before its first run (``agentspec bench setup NAME``)."""
+
+    def setup(self, *, venv: str | None = None) -> dict[str, Any]:
+        """Make what the bench runs on, idempotently (``venv``: where its own venv goes, for a bench with one);
+        a JSON summary of what is there."""
+        ...
+
+
+@runtime_checkable
+class ShippedMacros(Protocol):
+    """A bench class that ships a macro library (``--mode smc`` loads it when no ``--macros`` is given)."""
+
+    shipped_macros: Path
+    """Where the library is; a wheel may not carry it (then ``--macros`` is needed)."""
 
 
 # --- what every bench shares ---------------------------------------------------------------------------

@@ -1,44 +1,70 @@
-"""Bench names -> the objects that implement them, imported only when asked for.
+"""Bench names -> the classes that implement them, found through the ``agentspec.benches`` entry point group.
 
-Library code never imports an environment; this table is the one place that
-knows where each benchmark lives.
+A bench registers itself the way a pytest plugin does: its distribution's metadata names the class, e.g. in
+``pyproject.toml``::
+
+    [project.entry-points."agentspec.benches"]
+    my-bench = "my_package.bench:MyBench"
+
+The library never names a bench's package: the names come from the installed distributions' metadata and a
+class is imported only when its bench is asked for.  What a class offers besides ``from_data_dir`` (pinned data,
+a setup step, a shipped macro library, being a tau2 domain) is read from the class itself, with the protocols of
+:mod:`agentspec.bench.protocol`.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Mapping
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
-from agentspec.bench.protocol import Bench
+from agentspec.bench.protocol import Bench, PinnedData, SetUp, ShippedMacros
 from agentspec.data import DataSpec, data_report, resolve_data_dir, unverified_data
 from agentspec.errors import ConfigError
 
-BENCHES: dict[str, str] = {
-    "tau2-telecom": "envs.tau2_telecom.bench:TelecomBench",
-    "workspace-demo": "envs.workspace.bench:WorkspaceBench",
-    "gaia": "envs.gaia.bench:GaiaBench",
-    "appworld": "envs.appworld.bench:AppWorldBench",
-    "mcp": "envs.mcp.bench:MCPBench",
-}
-TAU2_DOMAINS = frozenset({"tau2-telecom"})
-"""Benches that are tau2 domains: :class:`~agentspec.bench.tau2.harness.Tau2Bench` wraps them."""
-DATA: dict[str, str] = {"tau2-telecom": "envs.tau2_telecom.dataset:TAU2_DATA"}
-SETUP: dict[str, str] = {"appworld": "envs.appworld.venv:setup_command"}
-"""Benches whose engine needs setting up first (``agentspec bench setup NAME``): their setup functions."""
-MACROS: dict[str, str] = {"tau2-telecom": "macros/tau2-telecom.json"}
-"""Each bench's shipped macro library, relative to the repository root (``--mode smc`` loads it by default)."""
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+GROUP = "agentspec.benches"
+"""The entry point group benches register under."""
 
 
-def _load(table: dict[str, str], name: str, what: str) -> Any:
-    if name not in table:
-        raise ConfigError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}")
-    module, _, attr = table[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+def registered() -> dict[str, EntryPoint]:
+    """Every registered bench by name (sorted), read from the installed distributions' metadata.
+
+    One name registered twice for the same class (an editable install seen twice on ``sys.path``) counts once;
+    for two different classes it is a :class:`ConfigError` naming both.
+    """
+    found: dict[str, EntryPoint] = {}
+    for point in entry_points(group=GROUP):
+        seen = found.setdefault(point.name, point)
+        if seen.value != point.value:
+            raise ConfigError(f"bench {point.name!r} is registered twice, as {seen.value} and as {point.value}: "
+                              "uninstall one of the distributions that register it")
+    return dict(sorted(found.items()))
+
+
+def bench_names() -> list[str]:
+    """The registered benches' names (no bench is imported)."""
+    return list(registered())
+
+
+def bench_class(name: str) -> Any:
+    """The class registered as bench ``name``, imported now; :class:`ConfigError` for an unknown name (the known
+    ones listed) or a class that cannot be imported."""
+    points = registered()
+    if name not in points:
+        known = ", ".join(points) or "none (is agentspec installed? `pip install -e .` registers the shipped ones)"
+        raise ConfigError(f"unknown bench {name!r}; known: {known}")
+    try:
+        return points[name].load()
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"bench {name!r} is registered as {points[name].value}, which cannot be loaded: "
+                          f"{type(exc).__name__}: {exc}") from exc
+
+
+def names_with(feature: type) -> list[str]:
+    """The registered benches whose class has ``feature`` (:class:`PinnedData`, :class:`SetUp`...); imports them."""
+    return [name for name in registered() if isinstance(bench_class(name), feature)]
 
 
 def open_bench(name: str, data_dir: str | Path | None = None, *, backend: str | None = None, max_steps: int = 200,
@@ -49,15 +75,17 @@ def open_bench(name: str, data_dir: str | Path | None = None, *, backend: str | 
     ``docker``); ``max_steps`` and ``max_errors`` bound tau2's own episode loop; ``options`` are the bench's own
     settings (GAIA: ``levels``, ``search``).
     """
-    cls = _load(BENCHES, name, "bench")
-    if name in TAU2_DOMAINS:
+    cls = bench_class(name)
+    from agentspec.bench.tau2.harness import Tau2Bench, Tau2Domain
+
+    if isinstance(cls, Tau2Domain):  # the class has every method of a tau2 domain: the tau2 harness runs it
         if backend is not None or options:
             raise ConfigError(f"{name} runs in-process and takes no bench options (--backend, --level, --search-backend)")
-        from agentspec.bench.tau2.harness import Tau2Bench
-
-        return Tau2Bench(cls.from_data_dir(data_dir), max_steps=max_steps, max_errors=max_errors)
+        domain: Any = cls
+        return Tau2Bench(domain.from_data_dir(data_dir), max_steps=max_steps, max_errors=max_errors)
     _check_options(name, cls, options or {})
-    return cls.from_data_dir(data_dir, **({"backend": backend} if backend else {}), **dict(options or {}))
+    opened: Bench[Any] = cls.from_data_dir(data_dir, **({"backend": backend} if backend else {}), **dict(options or {}))
+    return opened
 
 
 def bench_options_of(cls: Any) -> list[str]:
@@ -82,19 +110,22 @@ def _check_options(name: str, cls: Any, options: Mapping[str, Any]) -> None:
 
 
 def data_spec(name: str) -> DataSpec:
-    """The data files the bench ``name`` needs."""
-    return _load(DATA, name, "data set")
+    """The data files the bench ``name`` needs; :class:`ConfigError` for a bench whose data agentspec does not pin."""
+    cls = bench_class(name)
+    if not isinstance(cls, PinnedData):
+        raise ConfigError(f"bench {name!r} has no data agentspec fetches (benches with pinned data: "
+                          f"{', '.join(names_with(PinnedData)) or 'none'})")
+    return cls.data
 
 
 def bench_data(name: str | None, data_dir: str | None = None, *, unverified: bool = False) -> dict[str, Any] | None:
     """:func:`~agentspec.data.data_report` of bench ``name``'s data (``data_verified``, each file's sha256), for a
     bench whose data agentspec verifies; None for any other.  ``unverified``: data that fails its hash check is
     reported, not refused (``--unverified-data``)."""
-    if name is None or name not in DATA:
+    if name is None or not isinstance(cls := bench_class(name), PinnedData):
         return None
-    data = data_spec(name)
     with unverified_data(unverified):
-        return data_report(data, resolve_data_dir(data, data_dir))
+        return data_report(cls.data, resolve_data_dir(cls.data, data_dir))
 
 
 def shipped_macros(name: str) -> Path:
@@ -103,16 +134,18 @@ def shipped_macros(name: str) -> Path:
     A source checkout (or an editable install) has it under ``macros/``; an
     installed wheel does not carry ``macros/``, so there ``--macros`` is needed.
     """
-    if name not in MACROS:
+    cls = bench_class(name)
+    if not isinstance(cls, ShippedMacros):
         raise ConfigError(f"mode smc needs --macros FILE: bench {name!r} ships no macro library")
-    path = REPO_ROOT / MACROS[name]
+    path = Path(cls.shipped_macros)
     if not path.is_file():
-        raise ConfigError(f"mode smc needs --macros FILE: the shipped library {MACROS[name]} is not at {path}")
+        raise ConfigError(f"mode smc needs --macros FILE: the shipped library {path.name} is not at {path}")
     return path
 
 
-def setup_bench(name: str, args: Any) -> dict[str, Any]:
+def setup_bench(name: str, *, venv: str | None = None) -> dict[str, Any]:
     """Set up what bench ``name`` runs on (AppWorld: its own venv); its JSON summary.  Idempotent."""
-    if name not in SETUP and name in BENCHES:
-        raise ConfigError(f"bench {name!r} needs no setup (benches with a setup: {', '.join(sorted(SETUP))})")
-    return {"bench": name, **_load(SETUP, name, "bench setup")(args)}
+    cls = bench_class(name)
+    if not isinstance(cls, SetUp):
+        raise ConfigError(f"bench {name!r} needs no setup (benches with a setup: {', '.join(names_with(SetUp))})")
+    return {"bench": name, **cls.setup(venv=venv)}

@@ -20,11 +20,11 @@ child server::
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentspec.errors import ConfigError, ModelRequestError, ModelUnavailable
 from agentspec.models import ModelClient, ModelConfig
@@ -33,8 +33,11 @@ from agentspec.models.registry import MODELS
 from agentspec.run_spec import RunSpec, role_given, role_prefix
 from agentspec.runtime.modes import noisy_oracle_p
 
-__all__ = ["SPECULATOR_PRIORITY", "OpenRoles", "RolePlan", "open_clients", "open_roles", "plan_roles", "preflight",
-           "role_defaults", "role_given", "role_model", "run_roles", "speculator_roles"]
+if TYPE_CHECKING:
+    from agentspec.runtime.policies.protocol import Policy
+
+__all__ = ["SPECULATOR_PRIORITY", "GivenRole", "OpenRoles", "PolicyMaker", "RolePlan", "open_clients", "open_roles", "plan_roles", "preflight",
+           "role_defaults", "role_given", "role_model", "run_roles", "settle_hints", "speculator_roles"]
 
 EMBEDDED_TIMEOUT_S = 3600
 """CPU generation is slow: a long timeout, and no retry that would redo a long generation."""
@@ -99,7 +102,7 @@ def _named(spec: RunSpec, role: str) -> tuple[str | None, str | None]:
 
 SPECULATOR_PRIORITY = 1
 """vLLM's ``priority`` of an embedded speculator's requests: the embedded server runs them only while the
-authority's model is idle (:mod:`agentspec.serve.priority`), so a speculator on the same cores never slows the
+authority's model is idle (:mod:`agentspec.engine.priority`), so a speculator on the same cores never slows the
 authority's decisions."""
 
 
@@ -203,6 +206,20 @@ async def open_clients(stack: AsyncExitStack, spec: RunSpec, plan: RolePlan, cas
 
 
 @dataclass(frozen=True)
+class PolicyMaker:
+    """A role given as an endpoint the run opens (checked, recorded or replayed like any role's) and a policy you
+    make from its client for each task (the Agents SDK adapter's authority reads the task its own way)."""
+
+    config: ModelConfig
+    make: Callable[[ModelClient, Any], Policy]
+    """``make(client, task)``: the task's policy."""
+
+
+GivenRole = ModelConfig | PolicyMaker | Any
+"""A role given as an object (the Python API): an endpoint's config, a :class:`PolicyMaker`, or a policy."""
+
+
+@dataclass(frozen=True)
 class OpenRoles:
     """A run's roles, opened: what each one's model is, and its client."""
 
@@ -210,6 +227,8 @@ class OpenRoles:
     """The spec, with ``speculator_hints`` decided where it was left open (None): on for a local agent model."""
     plan: RolePlan
     clients: dict[str, ModelClient]
+    policies: dict[str, Policy | PolicyMaker] = field(default_factory=dict)
+    """The roles given as policies of your own (the Python API's), or made per task from their client."""
 
 
 def cassette_of(spec: RunSpec) -> Cassette | None:
@@ -227,22 +246,38 @@ def check_plan(spec: RunSpec, plan: RolePlan, solo: bool) -> None:
         raise ConfigError("normal mode needs --user-model (or AGENTSPEC_USER_MODEL); or pass --solo")
 
 
+def settle_hints(spec: RunSpec, *, solo: bool, plan: RolePlan | None = None,
+                 env: Mapping[str, str] = os.environ) -> RunSpec:
+    """``spec`` with ``speculator_hints`` decided where it was left open (None): hints go where they are understood,
+    to a local agent model agentspec serves (``plan``: the run's, made here when not given)."""
+    if spec.speculator_hints is not None:
+        return spec
+    plan = plan if plan is not None else plan_roles(spec, run_roles(spec, solo), env)
+    return spec.model_copy(update={"speculator_hints": "agent" in plan.embedded})
+
+
 @asynccontextmanager
 async def open_roles(spec: RunSpec, *, solo: bool | None = None, server: str | None = None,
-                     env: Mapping[str, str] = os.environ) -> AsyncIterator[OpenRoles]:
+                     env: Mapping[str, str] = os.environ,
+                     given: Mapping[str, GivenRole] | None = None) -> AsyncIterator[OpenRoles]:
     """Open every role ``spec`` needs (:func:`run_roles`): one checked client each, with the recording ``spec``
     names, and the embedded server when a role names a local model; all closed on leaving.
 
     ``solo``: whether the run plays without a user simulator (default ``spec.solo``; a bench without a user
     is solo whatever the spec says).  ``server``: an ``agentspec serve`` already running with the local models
-    (see :func:`open_clients`).  :class:`~agentspec.errors.ConfigError` before anything opens for a plan that
+    (see :func:`open_clients`).  ``given``: roles given as objects, not named in the spec (the Python API): a
+    :class:`ModelConfig` is opened as an endpoint the spec named would be (checked, recorded or replayed), as is a
+    :class:`PolicyMaker`'s; a policy is used as it is.  :class:`~agentspec.errors.ConfigError` before anything opens for a plan that
     cannot run."""
     solo = spec.solo if solo is None else solo
-    plan = plan_roles(spec, run_roles(spec, solo), env)
-    if spec.speculator_hints is None:  # hints go where they are understood: a local model agentspec serves
-        spec = spec.model_copy(update={"speculator_hints": "agent" in plan.embedded})
+    given = dict(given or {})
+    plan = plan_roles(spec, {role: d for role, d in run_roles(spec, solo).items() if role not in given}, env)
+    spec = settle_hints(spec, solo=solo, plan=plan)
+    plan.endpoints.update({role: source.config if isinstance(source, PolicyMaker) else source
+                           for role, source in given.items() if isinstance(source, ModelConfig | PolicyMaker)})
+    policies = {role: source for role, source in given.items() if not isinstance(source, ModelConfig)}
     check_plan(spec, plan, solo)
     cassette = cassette_of(spec)
     async with AsyncExitStack() as stack:
         clients = await open_clients(stack, spec, plan, cassette, server=server)
-        yield OpenRoles(spec, plan, clients)
+        yield OpenRoles(spec, plan, clients, policies)

@@ -16,7 +16,7 @@ def add_parser(sub: Any) -> None:
     actions = bench.add_subparsers(dest="bench_command", required=True)
     setup = actions.add_parser("setup", help="make what the bench runs on (appworld: its own venv, `appworld install`); "
                                "idempotent")
-    add_bench_name(setup, "SETUP", "the bench to set up")
+    add_bench_name(setup, "SetUp", "the bench to set up")
     setup.add_argument("--venv", help="appworld: where its venv goes (default: $AGENTSPEC_APPWORLD_VENV or "
                        "~/.cache/agentspec/appworld/venv)")
     setup.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")

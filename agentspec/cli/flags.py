@@ -59,35 +59,38 @@ def add_json(parser: Flags, help: str = "print the result as one JSON line (what
 
 
 class BenchNames:
-    """The names in one of :mod:`agentspec.bench.registry`'s tables (``BENCHES``, ``DATA``, ``SETUP``), read when
-    a help is shown: building the parser must not import the registry (``agentspec --help`` loads no bench)."""
+    """The registered benches (those with ``feature``, a protocol of :mod:`agentspec.bench.protocol`, if given),
+    read when a help is shown: building the parser must not read the registry (``agentspec --help`` loads no
+    bench)."""
 
-    def __init__(self, table: str = "BENCHES") -> None:
-        self.table = table
+    def __init__(self, feature: str | None = None) -> None:
+        self.feature = feature
 
     def __str__(self) -> str:
-        from agentspec.bench import registry
+        from agentspec.bench import protocol, registry
 
-        return ", ".join(getattr(registry, self.table))
+        if self.feature is None:
+            return ", ".join(registry.bench_names())
+        return ", ".join(registry.names_with(getattr(protocol, self.feature)))
 
 
-def _listing(action: argparse.Action, table: str) -> None:
+def _listing(action: argparse.Action, feature: str | None) -> None:
     # argparse fills "%(benches)s" in the help from the action's attributes, as it does "%(default)s".
-    action.benches = BenchNames(table)  # type: ignore[attr-defined]
+    action.benches = BenchNames(feature)  # type: ignore[attr-defined]
 
 
 def add_bench(parser: Flags, *, required: bool = True, help: str = "the benchmark") -> None:
     """``--bench NAME``, its help listing the registered benches (an unknown one is refused by the registry, with
     the same list)."""
-    _listing(parser.add_argument("--bench", required=required, metavar="NAME", help=f"{help}: %(benches)s"), "BENCHES")
+    _listing(parser.add_argument("--bench", required=required, metavar="NAME", help=f"{help}: %(benches)s"), None)
 
 
-def add_bench_name(parser: Flags, table: str, help: str) -> None:
+def add_bench_name(parser: Flags, feature: str, help: str) -> None:
     """The bench as a positional ``BENCH`` (what old scripts pass) or as ``--bench NAME`` (as every other command
-    takes it), from the registry's ``table``; :func:`settle_bench_name` makes them one ``args.bench``."""
+    takes it), one of those whose class has ``feature`` (``PinnedData``, ``SetUp``); :func:`settle_bench_name` makes them one ``args.bench``."""
     _listing(parser.add_argument("bench_name", nargs="?", metavar="BENCH", help=f"{help}: %(benches)s (or --bench)"),
-             table)
-    _listing(parser.add_argument("--bench", dest="bench_flag", metavar="NAME", help=f"{help}: %(benches)s"), table)
+             feature)
+    _listing(parser.add_argument("--bench", dest="bench_flag", metavar="NAME", help=f"{help}: %(benches)s"), feature)
 
 
 def settle_bench_name(args: argparse.Namespace) -> None:

@@ -24,13 +24,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentspec.api import run
+from agentspec.assembly import Outcome
 from agentspec.bench.runner import raise_if_endpoint_dead
 from agentspec.cli.flags import bench_options
 from agentspec.errors import ConfigError
-from agentspec.pipeline import run
 from agentspec.results import Results, results_file
 from agentspec.run_spec import RunSpec, SporkSettings
-from agentspec.runtime.runlog import LOCK_NAME, locked_out
+from agentspec.runtime.runlog.lock import LOCK_NAME, locked_out
 from agentspec.user_files import out_dir
 
 
@@ -163,16 +164,23 @@ def speculative_run_command(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_and_write(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
-    outcome = run(spec)
-    results = outcome.results()
+    kept: list[Outcome] = []
+
+    def annotate(results: Results, outcome: Outcome) -> None:
+        """Before the results are written: the baseline comparison and the library's file go into the summary."""
+        kept.append(outcome)
+        if args.baseline:
+            _check_comparable(Path(args.baseline), results)
+            results.summary.vs_baseline = _against_baseline(
+                Path(args.baseline), {m: s.as_dict() for m, s in results.summary.modes.items()})
+        if args.macros_out and outcome.macros is not None:
+            results.summary.macros_out = args.macros_out  # in results.json too: a report shows the library after the run
+
+    results = run(spec, annotate=annotate)
+    (outcome,) = kept
     summary = results.summary
-    if args.baseline:
-        _check_comparable(Path(args.baseline), results)
-        summary.vs_baseline = _against_baseline(Path(args.baseline), {m: s.as_dict() for m, s in summary.modes.items()})
-    if args.macros_out and outcome.macros is not None:
-        summary.macros_out = args.macros_out  # in results.json too: a report shows the library after the run
     out = Path(spec.out) if spec.out else None
-    written = results.save(out, outcome.bench) if out is not None else None
+    written = results_file(out) if out is not None else None
     printed = summary.as_dict() | ({"results": str(written)} if written is not None else {})
     raise_if_endpoint_dead([e for r in outcome.modes.values() for e in r.episodes])
     if args.macros_out and outcome.macros is not None:

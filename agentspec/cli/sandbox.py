@@ -1,6 +1,6 @@
 """``agentspec sandbox build|sweep``: base images and cleanup (handlers in :mod:`agentspec.cli.commands.sandbox`).
 
-    agentspec sandbox build [NAME_OR_FILE ...] [--force]   # default: dev (envs/sandboxes/dev.toml)
+    agentspec sandbox build [NAME_OR_FILE ...] [--force]   # default: dev (agentspec/sandbox/definitions/dev.toml)
     agentspec sandbox sweep [--all]                        # containers, images and scratch dirs of dead runs
 """
 
@@ -14,7 +14,7 @@ def add_parser(sub: Any) -> None:
     sandbox = sub.add_parser("sandbox", help="sandbox images and cleanup (Docker, overlay)")
     sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", required=True)
     build = sandbox_sub.add_parser("build", help="build base images from definitions (cached by content hash)")
-    build.add_argument("names", nargs="*", default=["dev"], help="definition names in envs/sandboxes, or .toml files")
+    build.add_argument("names", nargs="*", default=["dev"], help="definition names in agentspec/sandbox/definitions, or .toml files")
     build.add_argument("--force", action="store_true", help="rebuild even when the image or rootfs is cached")
     build.set_defaults(handler="agentspec.cli.commands.sandbox:build_command")
     sweep = sandbox_sub.add_parser("sweep", help="remove what dead runs left: containers, snapshot images, scratch")

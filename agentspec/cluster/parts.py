@@ -22,7 +22,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.runtime.runlog.replay import TaskLog
+from agentspec.runtime.runlog.writer import RunLog
 
 PARTS_DIR = "ray-parts"
 

@@ -36,7 +36,8 @@ from agentspec.cluster.parts import clear_parts, merge_finished, merge_part, par
 from agentspec.cluster.worker import EpisodeJob, play_episode
 from agentspec.errors import AgentSpecError, ClusterError, ConfigError
 from agentspec.run_spec import RunSpec
-from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.runtime.runlog.replay import TaskLog
+from agentspec.runtime.runlog.writer import RunLog
 
 DEFAULT_ADDRESS = "default"
 """``RunSpec.cluster`` for a bare ``--ray``: the cluster ``RAY_ADDRESS`` (or a running local one) names, else a

@@ -1,18 +1,10 @@
-"""Token-level decoding: grammar, greedy choice, KV cache, ToolSpec tree decoding, and the server's seam.
+"""ToolSpec decoding: lossless tree-speculative decoding of tool calls, its drafters and its verifier.
 
-The package stands on its own (it imports nothing from :mod:`agentspec.serve`).
-What the server uses, it owns: :mod:`~agentspec.decoding.grammar` (tool
-definitions, the tool-call grammar, a request's grammar state),
-:mod:`~agentspec.decoding.greedy` (the one greedy chooser),
-:mod:`~agentspec.decoding.kv_cache` (the one KV-cache construction: a
-request's :class:`TargetSequence`), :mod:`~agentspec.decoding.generation`
-(the :class:`Generator` protocol the server's engine drives, with its value
-types) and :mod:`~agentspec.decoding.plain` (plain greedy or sampled
-decoding, the default :class:`Generator`).
-
-ToolSpec, lossless tree-speculative decoding of tool calls (DESIGN.md,
-"Token-level ToolSpec decoder"), one module per idea:
-:mod:`~agentspec.decoding.token_tree` (the draft tree, its 4D mask and
+ToolSpec (DESIGN.md, "Token-level ToolSpec decoder") stands on the local
+engine (:mod:`agentspec.engine`: the model, its KV cache, the tool grammar,
+the greedy choice and the generation protocol) and imports nothing from the
+server (:mod:`agentspec.serve`).  One module per idea: the draft tree is the
+engine's :class:`~agentspec.engine.token_tree.TokenTree` (its 4D mask and
 positions), :mod:`~agentspec.decoding.verifier` (one forward per tree,
 greedy acceptance, KV of the accepted path only, near-tie accounting), the
 drafters behind the one protocol of :mod:`~agentspec.decoding.drafter`
@@ -23,7 +15,8 @@ drafters behind the one protocol of :mod:`~agentspec.decoding.drafter`
 :mod:`~agentspec.decoding.sidecar`, :mod:`~agentspec.decoding.budget` (how big
 a tree pays off), :mod:`~agentspec.decoding.stats` and the loop,
 :mod:`~agentspec.decoding.decoder`.  :mod:`~agentspec.decoding.serving` makes
-it a :class:`Generator` for ``agentspec serve --decoder toolspec``.  Needs the
+it a :class:`~agentspec.engine.generation.Generator` for ``agentspec serve
+--decoder toolspec``, with its per-request :class:`RequestContext`.  Needs the
 ``[hf]`` extra (torch, transformers, llguidance), imported lazily.
 """
 
@@ -37,25 +30,14 @@ from agentspec.decoding.drafter import DraftRequest as DraftRequest
 from agentspec.decoding.drafter import DraftState as DraftState
 from agentspec.decoding.drafter import Hint as Hint
 from agentspec.decoding.drafter import HintBox as HintBox
-from agentspec.decoding.generation import Generator as Generator
-from agentspec.decoding.generation import RequestContext as RequestContext
-from agentspec.decoding.generation import SamplingParams as SamplingParams
-from agentspec.decoding.generation import TokenOut as TokenOut
-from agentspec.decoding.generation import TokenStream as TokenStream
-from agentspec.decoding.grammar import GrammarConstraint as GrammarConstraint
-from agentspec.decoding.grammar import ToolDef as ToolDef
-from agentspec.decoding.grammar import tool_grammar as tool_grammar
-from agentspec.decoding.greedy import GreedyChooser as GreedyChooser
 from agentspec.decoding.hint_drafter import HintDrafter as HintDrafter
-from agentspec.decoding.kv_cache import TargetSequence as TargetSequence
-from agentspec.decoding.plain import PlainGenerator as PlainGenerator
 from agentspec.decoding.recycling_drafter import RecyclingDrafter as RecyclingDrafter
 from agentspec.decoding.retrieval_drafter import CallHistory as CallHistory
 from agentspec.decoding.retrieval_drafter import RetrievalDrafter as RetrievalDrafter
 from agentspec.decoding.schema_drafter import SchemaDrafter as SchemaDrafter
+from agentspec.decoding.serving import RequestContext as RequestContext
 from agentspec.decoding.sidecar import Sidecar as Sidecar
 from agentspec.decoding.stats import DraftStats as DraftStats
-from agentspec.decoding.token_tree import TokenTree as TokenTree
 from agentspec.decoding.verifier import NearTie as NearTie
 from agentspec.decoding.verifier import Verifier as Verifier
 
@@ -68,27 +50,16 @@ __all__ = [
     "DraftStats",
     "Drafter",
     "Generation",
-    "Generator",
-    "GrammarConstraint",
-    "GreedyChooser",
     "Hint",
     "HintBox",
     "HintDrafter",
     "NearTie",
-    "PlainGenerator",
     "RecyclingDrafter",
     "RequestContext",
     "RetrievalDrafter",
-    "SamplingParams",
     "SchemaDrafter",
     "Sidecar",
-    "TargetSequence",
-    "TokenOut",
-    "TokenStream",
-    "TokenTree",
-    "ToolDef",
     "ToolSpecDecoder",
     "Verifier",
     "default_drafters",
-    "tool_grammar",
 ]

@@ -3,8 +3,8 @@
 On a GPU a forward over 64 tree nodes costs about as much as over one; on a
 CPU it does not.  Measured here (Qwen2.5-Coder-1.5B, fp32, two threads, linear
 layers packed for oneDNN and padded to 4 rows, see
-:mod:`agentspec.models.packed_linear`, attention without copying the cache,
-see :mod:`agentspec.models.grouped_attention`): forwards of 2-4 tokens cost
+:mod:`agentspec.engine.packed_linear`, attention without copying the cache,
+see :mod:`agentspec.engine.grouped_attention`): forwards of 2-4 tokens cost
 what one token costs, 8 tokens 1.1-1.35, 16 tokens 1.4-1.9, 32 tokens 2.3, 64
 tokens 4 (with stock layers: 2.1 already at 2 tokens).  So the decoder does not
 send every drafted node: it keeps the nodes that raise *expected tokens per
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentspec.decoding.drafter import Unit
-from agentspec.decoding.token_tree import TokenTree
+from agentspec.engine.token_tree import TokenTree
 
 __all__ = ["DEFAULT_COST", "AcceptanceModel", "ForwardCost", "measure_cost", "prune", "unit_nodes"]
 
@@ -87,7 +87,7 @@ DEFAULT_COST = ForwardCost((1, 2, 4, 8, 16, 32, 64), (1.0, 1.0, 1.02, 1.25, 1.6,
 def measure_cost(lm: Any, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), *, context: int = 256,
                  repeats: int = 3) -> ForwardCost:
     """Time tree forwards of ``sizes`` tokens after a ``context``-token prefix (median of ``repeats``)."""
-    from agentspec.decoding.kv_cache import TargetSequence
+    from agentspec.engine.kv_cache import TargetSequence
 
     seq = TargetSequence(lm)
     seq.prefill(list(range(100, 100 + context)))

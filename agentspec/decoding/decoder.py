@@ -37,12 +37,12 @@ from typing import Any
 
 from agentspec.decoding.budget import DEFAULT_COST, AcceptanceModel, ForwardCost, prune, unit_nodes
 from agentspec.decoding.drafter import Drafter, DraftRequest, DraftState, HintBox, Unit
-from agentspec.decoding.greedy import NEAR_TIE, Choice, GreedyChooser
-from agentspec.decoding.kv_cache import Reuse, TargetSequence
 from agentspec.decoding.stats import DraftStats
-from agentspec.decoding.token_tree import DEFAULT_BUDGET, TokenTree
 from agentspec.decoding.verifier import NearTie, Verdict, Verifier
-from agentspec.models.local import LocalModel, require
+from agentspec.engine.greedy import NEAR_TIE, Choice, GreedyChooser
+from agentspec.engine.kv_cache import Reuse, TargetSequence
+from agentspec.engine.model import LocalModel, require
+from agentspec.engine.token_tree import DEFAULT_BUDGET, TokenTree
 
 __all__ = ["DecodeResult", "Generation", "ToolSpecDecoder", "default_drafters"]
 

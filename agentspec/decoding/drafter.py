@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from agentspec.decoding.suffix_index import SuffixAutomaton
-from agentspec.decoding.token_tree import TokenTree
-from agentspec.models.local import LocalModel
+from agentspec.engine.model import LocalModel
+from agentspec.engine.token_tree import TokenTree
 
 __all__ = [
     "DraftRequest", "DraftState", "Drafter", "Hint", "HintBox", "MAX_BOX_BYTES", "MAX_BOX_HINTS", "Unit", "text_bytes",

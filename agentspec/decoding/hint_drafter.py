@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentspec.decoding.drafter import DraftState, Hint, Unit
-from agentspec.decoding.token_tree import TokenTree
+from agentspec.engine.token_tree import TokenTree
 
 __all__ = ["HintDrafter"]
 

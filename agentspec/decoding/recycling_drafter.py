@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentspec.decoding.drafter import DraftState
-from agentspec.decoding.token_tree import TokenTree
+from agentspec.engine.token_tree import TokenTree
 
 __all__ = ["RecyclingDrafter", "prompt_lookup"]
 

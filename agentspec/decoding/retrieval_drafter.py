@@ -28,7 +28,7 @@ from typing import Any
 from agentspec.decoding.drafter import DraftState
 from agentspec.decoding.json_prefix import analyze, find_call_start
 from agentspec.decoding.suffix_index import Matcher, SuffixAutomaton
-from agentspec.decoding.token_tree import TokenTree
+from agentspec.engine.token_tree import TokenTree
 
 __all__ = ["CallHistory", "RetrievalDrafter", "calls_in"]
 

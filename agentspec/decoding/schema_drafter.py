@@ -2,7 +2,7 @@
 
 Most of a tool call is fixed by its schema: ``<tool_call>\\n{"name": "``, the
 separators, the keys of required parameters.  The drafter follows the
-request's llguidance grammar (:func:`~agentspec.decoding.grammar.tool_grammar`, the server's too):
+request's llguidance grammar (:func:`~agentspec.engine.grammar.tool_grammar`, the server's too):
 
 1. the tokens the grammar forces from here (``compute_ff_tokens``), then the
    forced bytes that no single token covers yet (``compute_ff_bytes``,
@@ -43,10 +43,10 @@ from dataclasses import replace
 from typing import Any
 
 from agentspec.decoding.drafter import DraftRequest, DraftState, tokens_in_context
-from agentspec.decoding.grammar import tool_defs, tool_grammar
 from agentspec.decoding.json_prefix import JsonContext, analyze, find_call_start, schema_at
-from agentspec.decoding.token_tree import TokenTree
-from agentspec.models.local import require
+from agentspec.engine.grammar import tool_defs, tool_grammar
+from agentspec.engine.model import require
+from agentspec.engine.token_tree import TokenTree
 
 __all__ = ["SchemaDrafter", "candidates", "copied", "question_values"]
 

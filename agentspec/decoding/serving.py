@@ -1,11 +1,11 @@
 """The ToolSpec decoder as the server's decoding path (``agentspec serve --decoder toolspec``).
 
-:class:`ServingDecoder` is a :class:`~agentspec.decoding.generation.Generator`
-(the protocol :class:`agentspec.serve.engine.Engine` drives): each greedy
+:class:`ServingDecoder` is a :class:`~agentspec.engine.generation.Generator`
+(the protocol :class:`agentspec.engine.scheduler.Engine` drives): each greedy
 request (temperature 0) with a context runs as a
 :class:`~agentspec.decoding.decoder.Generation`, stepped by the engine exactly
 like plain generations (same lock, prefix cache, cancellation); sampled
-requests take the plain path (:class:`~agentspec.decoding.plain.PlainGenerator`).
+requests take the plain path (:class:`~agentspec.engine.plain.PlainGenerator`).
 
 Per request, the response's ``usage`` carries an extra field
 ``agentspec_decoding`` (target forwards, tokens per forward, drafted and
@@ -17,22 +17,51 @@ text", ...]`` (OpenAI SDK: ``extra_body={"agentspec_hints": [...]}``); they
 join the draft tree as branches and are never waited for (see
 :mod:`agentspec.decoding.hint_drafter`).  In-process callers (a SPORK probe
 running beside the authority) can also put hints while the request runs:
-:meth:`~agentspec.decoding.generation.RequestContext.put_hint` from any thread.
+:meth:`RequestContext.put_hint` from any thread.  :class:`RequestContext` is
+the decoder's per-request context (the engine carries it, opaque, from
+:meth:`ServingDecoder.context` to :meth:`ServingDecoder.start`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentspec.decoding.decoder import Generation, ToolSpecDecoder
 from agentspec.decoding.drafter import HintBox
-from agentspec.decoding.generation import RequestContext, SamplingParams, TokenOut, TokenStream
-from agentspec.decoding.grammar import GrammarConstraint
-from agentspec.decoding.kv_cache import Reuse
-from agentspec.decoding.plain import PlainGenerator
-from agentspec.models.local import LocalModel
+from agentspec.decoding.stats import DraftStats
+from agentspec.engine.generation import SamplingParams, TokenOut, TokenStream
+from agentspec.engine.grammar import GrammarConstraint
+from agentspec.engine.kv_cache import Reuse
+from agentspec.engine.model import LocalModel
+from agentspec.engine.plain import PlainGenerator
 
-__all__ = ["ServingDecoder", "ToolSpecStream", "toolspec_decoder"]
+__all__ = ["RequestContext", "ServingDecoder", "ToolSpecStream", "toolspec_decoder"]
+
+
+@dataclass(eq=False)
+class RequestContext:
+    """What a decoder needs from one chat request, and where its statistics end up.
+
+    ``tools`` are bare function dicts (``{"name", "parameters", ...}``),
+    ``messages`` OpenAI-style ``{"role", "content"}`` dicts.  ``hints`` is
+    the request's hint box: :meth:`put_hint` works from any thread, before or
+    while the request runs, and never blocks decoding.
+    """
+
+    tools: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    hints: HintBox = field(default_factory=HintBox)
+    stats: DraftStats | None = None
+    """Set by the decoder once the request runs on it; None while it has not (or runs on the plain path)."""
+
+    def put_hint(self, text: str, source: str = "hint.spork") -> bool:
+        """Add a predicted completion; the next draft tree takes it as branches.  False: the box is full."""
+        return self.hints.put(text, source)
+
+    def usage(self) -> dict[str, Any] | None:
+        """The decoder's per-request statistics (``usage.agentspec_decoding``), or None."""
+        return self.stats.as_dict() if self.stats is not None else None
 
 
 class ServingDecoder:
@@ -68,7 +97,7 @@ class ServingDecoder:
 
 
 class ToolSpecStream:
-    """A :class:`Generation` as a :class:`~agentspec.decoding.generation.TokenStream` (tokens as ``TokenOut``)."""
+    """A :class:`Generation` as a :class:`~agentspec.engine.generation.TokenStream` (tokens as ``TokenOut``)."""
 
     def __init__(self, generation: Generation) -> None:
         self.generation = generation
@@ -105,7 +134,7 @@ def toolspec_decoder(lm: LocalModel, *, sidecar: str | None = None, history_path
     helper = None
     if sidecar is not None:
         from agentspec.decoding.sidecar import Sidecar
-        from agentspec.models.local import load_model
+        from agentspec.engine.model import load_model
         from agentspec.models.registry import resolve
 
         helper = Sidecar(load_model(resolve(sidecar)))

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentspec.decoding.drafter import DraftRequest
-from agentspec.decoding.grammar import render_call
-from agentspec.decoding.greedy import GreedyChooser
-from agentspec.decoding.kv_cache import TargetSequence
-from agentspec.decoding.token_tree import TokenTree
-from agentspec.models.local import LocalModel, require
+from agentspec.engine.grammar import render_call
+from agentspec.engine.greedy import GreedyChooser
+from agentspec.engine.kv_cache import TargetSequence
+from agentspec.engine.model import LocalModel, require
+from agentspec.engine.token_tree import TokenTree
 
 __all__ = ["Sidecar", "SidecarJob"]
 

@@ -1,6 +1,6 @@
 """Verify a token tree with one forward of the target model; keep only the accepted path.
 
-:class:`~agentspec.decoding.kv_cache.TargetSequence` holds one request's KV
+:class:`~agentspec.engine.kv_cache.TargetSequence` holds one request's KV
 cache.  The cache covers every committed token but the last one, the
 *pending* token, which is the root of the next tree.  :meth:`Verifier.verify` runs one forward over the tree (the
 prefix in the cache, an additive 4D mask, position ids = prefix + depth),
@@ -11,7 +11,7 @@ commits at least one token, and the committed tokens are exactly the ones
 plain greedy decoding chooses.  Only the accepted path's key/values stay in
 the cache (a gather along the sequence axis, or a crop for a chain).
 
-Greedy means :class:`~agentspec.decoding.greedy.GreedyChooser`'s choice (the
+Greedy means :class:`~agentspec.engine.greedy.GreedyChooser`'s choice (the
 argmax over the tokens a grammar allows, stop tokens ending the generation),
 the same chooser the server's plain path uses.
 
@@ -34,9 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentspec.decoding.greedy import NEAR_TIE, Choice, GreedyChooser
-from agentspec.decoding.kv_cache import TargetSequence
-from agentspec.decoding.token_tree import TokenTree
+from agentspec.engine.greedy import NEAR_TIE, Choice, GreedyChooser
+from agentspec.engine.kv_cache import TargetSequence
+from agentspec.engine.token_tree import TokenTree
 
 __all__ = ["NearTie", "Verdict", "Verifier"]
 

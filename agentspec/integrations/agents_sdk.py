@@ -40,10 +40,10 @@ hooks, prompt templates, a tool whose ``is_enabled`` is a function, a model othe
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,15 +55,17 @@ from agents.tool import invoke_function_tool
 from agents.tool_context import ToolContext
 from openai.types.responses import ResponseFunctionToolCall
 
-from agentspec.api import DONE, Executor, FunctionEnvironment, RunResult, Speculator
+from agentspec.api import Executor, FunctionEnvironment, RunResult, Speculator
+from agentspec.bench.protocol import DONE
+from agentspec.bench.roles import PolicyMaker
 from agentspec.env import Environment
 from agentspec.errors import ConfigError
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.models.result import ChatResult
-from agentspec.runtime.policies import Decision, History, LLMPolicy, Policy, step_messages
-from agentspec.runtime.simulated import Role
+from agentspec.runtime.policies.llm import LLMPolicy, step_messages
+from agentspec.runtime.policies.protocol import Decision, History, Policy
 from agentspec.snapshot import InProcessBackend, InProcessSandbox
-from agentspec.tools import _TOOL_ATTR, tool
+from agentspec.tools import TOOL_ATTR, tool
 from agentspec.types import Effect, Message, Observation, Requestor, ToolCall, ToolSpec
 
 __all__ = ["AgentExecutor", "AgentRunResult", "SdkToolsEnvironment", "effect", "run_agent"]
@@ -125,7 +127,7 @@ def _check_tool(agent: Agent[Any], sdk_tool: Any) -> None:
         what = f"tool approval (needs_approval) on {name!r}"
     elif callable(sdk_tool.is_enabled):
         what = f"a function as is_enabled of {name!r}"
-    elif name == DONE.name:
+    elif name == DONE:
         what = f"a tool named {name!r} (agentspec's speculators end a task with it)"
     else:
         return
@@ -258,11 +260,11 @@ class SdkToolsBackend(InProcessBackend):
 def _declared(sdk_tool: FunctionTool, given: Effect | str | None) -> Effect:
     """A tool's effect: the mapping's, else the decorator's on the tool or its function, else external."""
     if given is not None:
-        return getattr(tool(given)(lambda: None), _TOOL_ATTR)  # checked as the decorator checks its spelling
-    marked = getattr(sdk_tool, _TOOL_ATTR, None)
+        return getattr(tool(given)(lambda: None), TOOL_ATTR)  # checked as the decorator checks its spelling
+    marked = getattr(sdk_tool, TOOL_ATTR, None)
     if marked is None:
         try:
-            marked = getattr(sdk_tool.__wrapped__, _TOOL_ATTR, None)
+            marked = getattr(sdk_tool.__wrapped__, TOOL_ATTR, None)
         except AttributeError:  # a FunctionTool built by hand wraps no function
             marked = None
     return marked if isinstance(marked, Effect) else Effect.EXTERNAL
@@ -289,8 +291,8 @@ class AgentExecutor(Executor):
         self.tools_backend = SdkToolsBackend(self.environment)
         self._task = ""
         self._instructions: str | None = None
-        super().__init__(self.tools_backend, authority=endpoint(agent, base_url, api_key), speculator=speculator,
-                         mode=mode, system_prompt="", **options)
+        super().__init__(self.tools_backend, authority=PolicyMaker(endpoint(agent, base_url, api_key), self._authority),
+                         speculator=speculator, mode=mode, system_prompt="", **options)
 
     async def run(self, task: str, *, task_id: str | None = None) -> AgentRunResult:
         """Run the agent on ``task`` (the SDK's ``input``) until its model answers with text.
@@ -300,19 +302,17 @@ class AgentExecutor(Executor):
         model's final text), the executor's ``result`` and ``metrics``."""
         self._instructions = await self.agent.get_system_prompt(RunContextWrapper(self.context))
         self._task = task
-        self.system_prompt = self._instructions or ""  # what a model speculator reads, before the task
+        self.bench.system_prompt_text = self._instructions or ""  # what a model speculator reads, before the task
         ran = await super().run(task, task_id=task_id)
-        return AgentRunResult(ran.steps, ran.answer, ran.result, ran.governor, final_output=ran.answer)
+        return AgentRunResult(ran.steps, ran.answer, ran.result, ran.governor, ran.episode, final_output=ran.answer)
 
-    def run_sync(self, task: str) -> AgentRunResult:
+    def run_sync(self, task: str, *, task_id: str | None = None) -> AgentRunResult:
         """:meth:`run` for code that is not async."""
-        return anyio.run(self.run, task)
+        return anyio.run(functools.partial(self.run, task, task_id=task_id))
 
-    async def _policy(self, source: ModelConfig | Policy, stack: AsyncExitStack, prompt: str, tools: list[ToolSpec],
-                      role: Role) -> Policy:
-        if role != "authority" or not isinstance(source, ModelConfig):
-            return await super()._policy(source, stack, prompt, tools, role)
-        client = await stack.enter_async_context(ModelClient(source))
+    def _authority(self, client: ModelClient, task: Any) -> Policy:
+        """The agent's model deciding this task as the SDK's loop would (the authority, made per task)."""
+        source = client.config
         return AgentAuthority(client, system_prompt=self._instructions or "", tools=self.environment.tool_specs(),
                               done_tool="", temperature=source.temperature, max_tokens=source.max_tokens,
                               tool_choice="auto", task=self._task, instructions=self._instructions)

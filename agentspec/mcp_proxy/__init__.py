@@ -8,7 +8,8 @@ stderr) and forwards every call as it comes, in order, returning exactly what th
 calls, agentspec's learned speculator, fitted online on the session's own calls (optionally starting from a file
 of ``agentspec speculator fit``), guesses the next ones; the read-only guesses are pre-executed, and a later
 identical call (same tool, canonical-equal arguments) is answered from that result, provided no non-read-only
-call went through in between (any such call drops every pre-executed result).
+call went through in between (any such call drops every pre-executed result).  The upstreams' resources and
+prompts are forwarded to the upstream that owns each one, never pre-executed.
 
 Only tools annotated ``readOnlyHint: true`` by an upstream the user trusts (``--trust-annotations``), or declared
 read-only by the user (``--read-only TOOL``), are ever pre-executed: annotations are a server's word about itself
@@ -17,6 +18,7 @@ A forwarded call has no deadline of the proxy's: an upstream that hangs makes th
 directly; one that exits gives ``Connection closed`` for that call and every later one, as directly.
 
 Modules, one job each: :mod:`.config` (the settings), :mod:`.upstreams` (sessions, tool names, forwarding),
+:mod:`.catalog` (resources and prompts, routed to their owners),
 :mod:`.cache` (pre-executed results and their invalidation), :mod:`.predictor` (the online speculator),
 :mod:`.core` (the proxy's logic), :mod:`.server` (stdio and HTTP), :mod:`.stats` (what it saved).
 """

@@ -13,13 +13,14 @@ import anyio.abc
 from mcp import MCPError, types
 
 from agentspec.errors import ConfigError
-from agentspec.mcp import _render
+from agentspec.learned_speculator.trajectories import Step
+from agentspec.mcp import render
 from agentspec.mcp_proxy.cache import Entry, PreExecutions, call_key
+from agentspec.mcp_proxy.catalog import Catalog
 from agentspec.mcp_proxy.config import ProxyConfig
 from agentspec.mcp_proxy.predictor import OnlinePredictor, base_artifact
 from agentspec.mcp_proxy.stats import ProxyStats
 from agentspec.mcp_proxy.upstreams import Route, Upstreams
-from agentspec.speculator.trajectories import Step
 from agentspec.types import Observation, ToolCall
 
 #: How long closing waits for the upstreams to stop.
@@ -29,9 +30,12 @@ CLOSE_S = 10.0
 class Proxy:
     """Forwards calls to its upstreams and pre-executes guesses; open it with :func:`open_proxy`."""
 
-    def __init__(self, config: ProxyConfig, upstreams: Upstreams, work: anyio.abc.TaskGroup) -> None:
+    def __init__(self, config: ProxyConfig, upstreams: Upstreams, work: anyio.abc.TaskGroup,
+                 catalog: Catalog | None = None) -> None:
         self.config = config
         self.upstreams = upstreams
+        self.catalog = catalog or Catalog()
+        """The upstreams' resources and prompts: forwarded, never pre-executed."""
         self.stats = ProxyStats()
         self.speculable = self._speculable()
         self.cache = PreExecutions(self.stats, max_inflight=config.max_inflight, max_bytes=config.max_cache_bytes,
@@ -142,6 +146,19 @@ class Proxy:
         self._learn(name, arguments, result)
         return result
 
+    # ------------------------------------------------------------------ resources and prompts
+
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        """Forward a resource read to the upstream that owns ``uri``.  Nothing pre-executed is dropped: reading a
+        resource changes nothing."""
+        self.stats.resource_reads += 1
+        return await self.catalog.read(uri, self.config.call_timeout_s)
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
+        """Forward a prompt request to the upstream that offers ``name``."""
+        self.stats.prompts += 1
+        return await self.catalog.prompt(name, arguments, self.config.call_timeout_s)
+
     # ------------------------------------------------------------------ learning and guessing
 
     def _learn(self, name: str, arguments: dict[str, Any] | None, result: types.CallToolResult | None,
@@ -151,7 +168,7 @@ class Proxy:
             call = ToolCall(name=name, arguments=arguments or {})
         except ValueError:
             return  # arguments that are no JSON object of ours: nothing to learn
-        text = _render(result) if result is not None else error
+        text = render(result) if result is not None else error
         failed = result is None or bool(result.is_error)
         self.history.append((call, Observation(call_id=call.id, name=name, content=text, error=failed)))
         if len(self.history) > 2 * self.config.learn_window:  # only the latest window is learned from
@@ -203,10 +220,12 @@ async def open_proxy(config: ProxyConfig) -> AsyncIterator[Proxy]:
     async with anyio.create_task_group() as sessions:
         try:
             await upstreams.open(sessions)
+            catalog = Catalog()
+            await catalog.load(upstreams.upstreams)
             proxy: Proxy | None = None
             try:
                 async with anyio.create_task_group() as work:
-                    proxy = Proxy(config, upstreams, work)
+                    proxy = Proxy(config, upstreams, work, catalog)
                     work.start_soon(proxy.speculate)
                     try:
                         yield proxy

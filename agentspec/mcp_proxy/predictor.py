@@ -1,8 +1,8 @@
 """The proxy's speculator: agentspec's learned speculator, fitted online on the session's own calls.
 
 After each client call the speculator is re-learned from the latest ``window`` calls (an
-:class:`~agentspec.speculator.online.OnlineLearner` over a copy of the base, so nothing is counted twice), and a
-:class:`~agentspec.speculator.policy.LearnedSpeculator` guesses the next calls among the tools the proxy may
+:class:`~agentspec.learned_speculator.online.OnlineLearner` over a copy of the base, so nothing is counted twice), and a
+:class:`~agentspec.learned_speculator.policy.LearnedSpeculator` guesses the next calls among the tools the proxy may
 pre-execute.  The base is a file of ``agentspec speculator fit`` (``--speculator``), or an empty speculator whose
 value patterns make every argument a slot (a string or a number): a session has no task text and no bench's id formats, and with
 slots, "read the file just written" is one target learned from any file, not one per path.
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import anyio
 
+from agentspec.learned_speculator.artifact import Artifact, load
+from agentspec.learned_speculator.model import SpeculatorModel
+from agentspec.learned_speculator.online import OnlineLearner
+from agentspec.learned_speculator.policy import LearnedSpeculator
+from agentspec.learned_speculator.trajectories import Step
 from agentspec.normalize import KEY_TYPE
-from agentspec.speculator.artifact import Artifact, load
-from agentspec.speculator.model import SpeculatorModel
-from agentspec.speculator.online import OnlineLearner
-from agentspec.speculator.policy import LearnedSpeculator
-from agentspec.speculator.trajectories import Step
 from agentspec.types import ToolCall
 
 #: The value patterns of the speculator the proxy starts from without a file: any string or number argument is a slot

@@ -22,7 +22,8 @@ HOST = "127.0.0.1"
 
 
 def mcp_server(proxy: Proxy) -> Server[Any]:
-    """An MCP server offering the upstreams' tools, each call answered by ``proxy``."""
+    """An MCP server offering the upstreams' tools, each call answered by ``proxy``, and their resources and
+    prompts where any upstream offers them (forwarded: the proxy declares only what its upstreams do)."""
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=proxy.tools())
@@ -30,7 +31,32 @@ def mcp_server(proxy: Proxy) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return await proxy.call(params.name, params.arguments)
 
-    return Server("agentspec-mcp-proxy", on_list_tools=list_tools, on_call_tool=call_tool)
+    catalog = proxy.catalog
+    handlers: dict[str, Any] = {}
+    if catalog.has_resources:
+
+        async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+            return types.ListResourcesResult(resources=[resource for _, resource in catalog.resources])
+
+        async def list_templates(ctx: Any, params: types.PaginatedRequestParams | None
+                                 ) -> types.ListResourceTemplatesResult:
+            return types.ListResourceTemplatesResult(resource_templates=[t for _, t in catalog.templates])
+
+        async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+            return await proxy.read_resource(str(params.uri))
+
+        handlers |= {"on_list_resources": list_resources, "on_list_resource_templates": list_templates,
+                     "on_read_resource": read_resource}
+    if catalog.has_prompts:
+
+        async def list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+            return types.ListPromptsResult(prompts=[prompt for _, _, prompt in catalog.prompts.values()])
+
+        async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+            return await proxy.get_prompt(params.name, params.arguments)
+
+        handlers |= {"on_list_prompts": list_prompts, "on_get_prompt": get_prompt}
+    return Server("agentspec-mcp-proxy", on_list_tools=list_tools, on_call_tool=call_tool, **handlers)
 
 
 def _check_port(port: int) -> None:

@@ -45,6 +45,10 @@ class ProxyStats(BaseModel):
     """Upstream time of every pre-execution (the extra load the guesses put on the upstreams)."""
     write_wait_s: float = 0.0
     cache_bytes_peak: int = 0
+    resource_reads: int = 0
+    """Resource reads forwarded (resources and prompts are never pre-executed)."""
+    prompts: int = 0
+    """Prompt requests forwarded."""
 
     @property
     def hit_rate(self) -> float:

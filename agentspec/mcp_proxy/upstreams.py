@@ -16,14 +16,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio.abc
 from mcp import MCPError, types
 
 from agentspec.errors import ConfigError
-from agentspec.mcp import MCPServer, _connection_closed, _Session, _transport
+from agentspec.mcp import MCPServer, Session, connection_closed, transport
 
 #: What a tool name may hold (SEP-986): names built here from server names keep to it.
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -34,7 +34,7 @@ class Upstream:
     """One connected upstream server and the name its clashing tools are prefixed with."""
 
     server: MCPServer
-    session: _Session
+    session: Session
     name: str
 
 
@@ -55,7 +55,7 @@ class Route:
 
 def closed() -> MCPError:
     """The error a client gets from an upstream that has exited (the SDK's own, for calls made after the end)."""
-    return MCPError(code=_connection_closed(), message="Connection closed")
+    return MCPError(code=connection_closed(), message="Connection closed")
 
 
 class Upstreams:
@@ -73,7 +73,7 @@ class Upstreams:
         :class:`~agentspec.errors.EnvError` when one does not come up."""
         names: list[str] = []
         for server in self.servers:
-            session = _Session(functools.partial(_transport, server), server, server.label)
+            session = Session(functools.partial(transport, server), server, server.label)
             await session.open(group)
             name = _unique(_server_name(session, server), names)
             names.append(name)
@@ -99,26 +99,34 @@ class Upstreams:
     async def call(self, route: Route, arguments: dict[str, Any] | None, timeout_s: float | None) -> types.CallToolResult:
         """Forward one call to ``route``'s upstream and return its reply as it came (``timeout_s``: None waits for
         as long as the caller does)."""
-        client = route.upstream.session.session
-        if client is None:
-            raise closed()
         request = types.CallToolRequest(params=types.CallToolRequestParams(name=route.upstream_name,
                                                                            arguments=arguments))
-        try:
-            # send_request, not call_tool: call_tool validates structured content against the output schema, and
-            # a reply the client would refuse must reach the client to be refused there.
-            result: types.CallToolResult = await client.send_request(request, types.CallToolResult,
-                                                                     request_read_timeout_seconds=timeout_s)
-        except MCPError:
-            if route.upstream.session.done.is_set():
-                raise closed() from None
-            raise
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+        # send_request, not call_tool: call_tool validates structured content against the output schema, and
+        # a reply the client would refuse must reach the client to be refused there.
+        return await send(route.upstream, request, types.CallToolResult, timeout_s)
+
+
+Reply = TypeVar("Reply", bound=types.Result)
+
+
+async def send(upstream: Upstream, request: Any, result: type[Reply], timeout_s: float | None) -> Reply:
+    """Send ``request`` to ``upstream`` and return its reply as it came; the error a direct client would get when
+    it fails (``Connection closed`` once the upstream has ended)."""
+    client = upstream.session.session
+    if client is None:
+        raise closed()
+    try:
+        reply: Reply = await client.send_request(request, result, request_read_timeout_seconds=timeout_s)
+    except MCPError:
+        if upstream.session.done.is_set():
             raise closed() from None
-        return result
+        raise
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+        raise closed() from None
+    return reply
 
 
-def _server_name(session: _Session, server: MCPServer) -> str:
+def _server_name(session: Session, server: MCPServer) -> str:
     """A short name for an upstream: the name it gives itself, else its command's (or URL's host's)."""
     info = getattr(session.session, "server_info", None)
     fallback = Path(server.command).name if server.command else urlsplit(server.url or "").hostname

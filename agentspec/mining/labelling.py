@@ -24,8 +24,8 @@ So ``k / n`` estimates how often the speculator and the reference agree on
 ``m`` when either of them takes it: a sample that misses a reference
 occurrence and a firing the reference would not have made both count
 against the macro.  :func:`sample_continuations` works with any
-:class:`~agentspec.runtime.policies.Policy`: the noisy oracle, an
-:class:`~agentspec.runtime.policies.LLMPolicy` over any OpenAI-compatible
+:class:`~agentspec.runtime.policies.protocol.Policy`: the noisy oracle, an
+:class:`~agentspec.runtime.policies.llm.LLMPolicy` over any OpenAI-compatible
 endpoint (a local server or a hosted one).
 
 A speculator that looks ahead (:class:`LooksAhead`, the learned one) gets look-ahead in the sample's own fork:
@@ -47,11 +47,11 @@ from typing import Protocol, runtime_checkable
 import anyio
 
 from agentspec.errors import SnapshotError
+from agentspec.learned_speculator.lookahead import ForkLookahead
 from agentspec.macros import align
 from agentspec.mining.candidates import Candidate
-from agentspec.runtime.policies import DraftedHistory, Policy
+from agentspec.runtime.policies.protocol import DraftedHistory, Policy
 from agentspec.snapshot import Sandbox, Snapshot, SnapshotBackend
-from agentspec.speculator.lookahead import ForkLookahead
 from agentspec.trajectories import MinedTrajectory
 from agentspec.types import Effect, Observation, ToolCall
 
@@ -223,7 +223,7 @@ async def sample_continuations(
 ) -> dict[State, list[Continuation]]:
     """``samples`` draft chains of up to ``depth`` calls from each state (a chain ends early on "done").  With a
     :class:`ForkRunner` (:class:`ReplaySandboxes`), a :class:`LooksAhead` speculator looks ahead in the sample's
-    fork: it is asked with a :class:`~agentspec.runtime.policies.DraftedHistory` whose ``state`` is that fork."""
+    fork: it is asked with a :class:`~agentspec.runtime.policies.protocol.DraftedHistory` whose ``state`` is that fork."""
     results: dict[State, list[Continuation]] = {state: [()] * samples for state in states}
     limiter = anyio.CapacityLimiter(concurrency)
 

@@ -11,7 +11,7 @@ per-request id SPORK gives the authority's request for its hints.  A streamed re
 completion the stream assembled, and replayed as one text delta and that completion.  A recording run answers a
 request it already recorded from the recording too (the modes of one run ask many of the same questions):
 recordings assume that the same request gets the same answer, as greedy decoding gives.  Chain verification
-(:mod:`agentspec.models.chain`) records the same way: the endpoint's probe (``{"agentspec_probe": ...}``) and
+(:mod:`agentspec.models.chain_verification`) records the same way: the endpoint's probe (``{"agentspec_probe": ...}``) and
 each verification (``{"agentspec_verify_chain": path, ...}``), with the verdict as the answer; a replay of a
 recording made without them verifies nothing (smc then commits as the paper does, and its summary says why)::
 

@@ -184,7 +184,7 @@ class ModelClient:
     async def completion(self, messages: list[Message], **options: Any) -> dict[str, Any]:
         """The endpoint's whole ``chat.completion`` body for one request (``options`` as :meth:`chat` takes them),
         with the fields beyond OpenAI's it sends (vLLM's ``prompt_logprobs``).  Not recorded: a caller records
-        what it reads of it (:mod:`agentspec.models.chain`)."""
+        what it reads of it (:mod:`agentspec.models.chain_verification`)."""
         body = await self._body(messages, options.get("tools"), options.get("tool_choice"), options.get("max_tokens"),
                                 options.get("temperature"), options.get("stop"), options.get("seed"), False, None,
                                 options.get("extra_body"))

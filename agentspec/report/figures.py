@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentspec.report.timeline import COLOURS, LANE_NAMES, LANES, commit_style, require_pyplot
-from agentspec.runtime.metrics import percentile
+from agentspec.stats import percentile
 
 WIDTH = 1180
 """Timeline width in CSS pixels (the page is 1240 wide, less its padding)."""

@@ -17,7 +17,7 @@ from agentspec.bench.protocol import recording_at
 from agentspec.errors import ConfigError
 from agentspec.results import Results
 from agentspec.runtime.conversation import SAY
-from agentspec.runtime.recorded import RecordedEpisode, Recording
+from agentspec.runtime.recording import RecordedEpisode, Recording
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 from agentspec.report.load import ModeRun, Run, episode_key
 from agentspec.results import task_time
-from agentspec.runtime.metrics import percentile
+from agentspec.stats import percentile
 
 COMMIT_KINDS = [("sa", "commits_sa"), ("macro", "commits_macro"), ("spork", "commits_spork"), ("reuse", "reused_read_only")]
 

@@ -16,13 +16,14 @@ from typing import Protocol
 import anyio
 import anyio.abc
 
-from agentspec.runtime.chain import DraftChain
 from agentspec.runtime.config import ExecutorConfig
 from agentspec.runtime.conversation import SAY, User, conversation, turn_observation
-from agentspec.runtime.governor import Governor, stratum_of
+from agentspec.runtime.draft_chain.drafts import DraftChain
+from agentspec.runtime.governor.evidence import stratum_of
+from agentspec.runtime.governor.rule import Governor
 from agentspec.runtime.journal import Journal
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
-from agentspec.runtime.policies import Decision, Policy, PredictedHistory
+from agentspec.runtime.policies.protocol import Decision, Policy, PredictedHistory
 from agentspec.runtime.spork import Spork
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import InvalidToolCall, Observation, TerminationReason, ToolCall
@@ -59,9 +60,9 @@ class Decider:
             await self._wait_for_guess()
         stratum = stratum_of(len(self.journal.history()))
         if self.governor is not None and speculating and self.governor.hold(stratum):
-            self.chain.hold = anyio.Event()  # no new speculator request until this decision is made...
-            if self.chain.asking is not None:
-                await self.chain.asking.wait()  # ...and none in flight when it starts: a baseline sample
+            self.chain.gates.hold = anyio.Event()  # no new speculator request until this decision is made...
+            if self.chain.gates.asking is not None:
+                await self.chain.gates.asking.wait()  # ...and none in flight when it starts: a baseline sample
         mark = self.governor.mark() if self.governor is not None else None
         started = anyio.current_time()
         head = self.chain.head()
@@ -73,11 +74,11 @@ class Decider:
             else:
                 decision = await self.authority.decide(history)
         finally:
-            if self.chain.turn is not None:
-                self.chain.turn.set()  # draft-first: the speculator's turn again
-            if self.chain.hold is not None:
-                self.chain.hold.set()
-                self.chain.hold = None
+            if self.chain.gates.turn is not None:
+                self.chain.gates.turn.set()  # draft-first: the speculator's turn again
+            if self.chain.gates.hold is not None:
+                self.chain.gates.hold.set()
+                self.chain.gates.hold = None
         if self.governor is not None and mark is not None:
             called = decision.call is not None and decision.call.name != SAY
             self.governor.observe_decision(mark, stratum, tool_call=called)

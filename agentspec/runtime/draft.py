@@ -34,7 +34,7 @@ class Draft:
     started: float | None = None
     finished: float | None = None
     speculator: str | None = None
-    """The speculator that proposed it (a :class:`~agentspec.runtime.governor.SpeculatorPanel` member), if named."""
+    """The speculator that proposed it (a :class:`~agentspec.runtime.governor.panel.SpeculatorPanel` member), if named."""
     alternatives: list[Draft] = field(default_factory=list)
     """The speculator's further guesses for this position (``--spec-width``), best first, each run in its own fork
     of the same parent state as this draft; one of them may be committed instead of it."""

@@ -1,44 +1,33 @@
 """The speculative executor: an authority and a speculator run side by side on one task.
 
-The executor owns the committed history H and the live environment (a
-:class:`~agentspec.snapshot.SnapshotBackend`).  In one anyio task group:
+The executor owns the committed history H and the live environment (a :class:`~agentspec.snapshot.SnapshotBackend`).
+In one anyio task group:
 
 * the **authority** decides the next call from H (the official trajectory);
-* a **speculator worker** keeps a draft chain q1..qD ahead of H, running each
-  draft in its own fork of the live state (a draft's fork continues the
-  previous draft's);
+* a **speculator worker** keeps a draft chain q1..qD ahead of H, running each draft in its own fork of the live state
+  (a draft's fork continues the previous draft's);
 
 and for each authority call ``a``:
 
-* ``sa`` / ``smc``: if ``a == q1`` (canonical equality), q1's fork is
-  committed with its observation: the tool does not run again.  With ``spec_width`` K > 1 the speculator's next
-  K-1 ranked guesses for each position (``Decision.alternatives``) run too, each in its own fork of the same
-  parent state, and ``a`` equal to one of q1's commits that fork instead (the drafts after q1 continued q1's fork:
-  they are dropped).  A read-only
-  ``a`` may also be answered from any matching finished draft whose fork still
-  equals live state.  Otherwise the chain is cancelled (model requests and tool
-  work are stopped for real, forks discarded) and ``a`` runs on live.
-* ``smc``: after q1 is confirmed, a library macro whose first steps align with
-  the end of H and whose remaining steps align with the next drafts (slots
-  bound consistently) commits those drafts too, without asking the authority,
-  when it skips at least ``l_min`` decisions and the forks descend from live
-  (:mod:`agentspec.runtime.macro_commit`).
+* ``sa`` / ``smc``: an ``a`` the speculator guessed commits that guess's fork with its observation
+  (:mod:`~agentspec.runtime.sa_commit`); otherwise the chain is cancelled for real and ``a`` runs on live.
+* ``smc``: after q1 is confirmed, a library macro whose first steps align with the end of H and whose remaining steps
+  align with the next drafts (slots bound consistently) commits those drafts too, without asking the authority, when
+  it skips at least ``l_min`` decisions and the forks descend from live (:mod:`agentspec.runtime.macro_commit`).
 
 The speculator's next call also goes to the authority's decoder as a draft hint: with the request when it is
 ready first, or into the running request when it comes later (``late_hints``).  With ``draft_first`` the two
 take turns instead of decoding at once: the speculator guesses, then the authority verifies its guess.
 
-Effects fail closed: drafts of ``external`` tools are never executed, and
-nothing a draft does reaches live state except through a commit.  Every
-committed step is logged (intent before the live change, commit after) in the
-run log, which makes commits exactly-once across a resume.
+Effects fail closed: drafts of ``external`` tools are never executed, and nothing a draft does reaches live state
+except through a commit.  Every committed step is logged (intent before the live change, commit after) in the run
+log, which makes commits exactly-once across a resume.
 
-The loop is assembled from parts with one job each: the draft chain and its speculation worker
-(:mod:`~agentspec.runtime.chain`), the commit journal and resume (:mod:`~agentspec.runtime.journal`), the
-authority's decisions under the wait policies and the user's turns (:mod:`~agentspec.runtime.decisions`), late
-hints (:mod:`~agentspec.runtime.hints`); waste and every other figure are counted through
-:class:`~agentspec.runtime.metrics.ExecutionMetrics`' ``observe_*`` methods.  :class:`ExecutionLoop` itself
-settles each decision: which drafts commit, or what runs live.
+Its parts, one job each: the draft chain and its worker (:mod:`~agentspec.runtime.draft_chain`), the commit journal
+(:mod:`~agentspec.runtime.journal`) and resume (:mod:`~agentspec.runtime.resume`), the authority's decisions and the
+user's turns (:mod:`~agentspec.runtime.decisions`), SA's commit (:mod:`~agentspec.runtime.sa_commit`), late hints
+(:mod:`~agentspec.runtime.hints`); every figure is counted through :class:`~agentspec.runtime.metrics.ExecutionMetrics`'
+``observe_*`` methods.  :class:`ExecutionLoop` itself settles each decision: which drafts commit, or what runs live.
 """
 
 from __future__ import annotations
@@ -51,27 +40,31 @@ import anyio
 
 from agentspec.errors import AgentSpecError, ConfigError
 from agentspec.macros import MacroLibrary
-from agentspec.runtime.chain import DraftChain
-from agentspec.runtime.chain_verify import VERIFIED, commit_mode
+from agentspec.runtime.chain_verification import VERIFIED, commit_mode
 from agentspec.runtime.clock import TaskClock
 from agentspec.runtime.config import ExecutorConfig, SporkConfig
 from agentspec.runtime.conversation import SAY, User, say
 from agentspec.runtime.decisions import Decider, UserTurns, invalid_step
 from agentspec.runtime.draft import Draft, Source
-from agentspec.runtime.governor import Governor, lookahead_counts, panel_counts
+from agentspec.runtime.draft_chain.drafts import DraftChain
+from agentspec.runtime.draft_chain.worker import SpeculationWorker
+from agentspec.runtime.governor.panel import lookahead_counts, panel_counts
+from agentspec.runtime.governor.rule import Governor
 from agentspec.runtime.hints import LateHints
 from agentspec.runtime.journal import Journal
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.macro_commit import try_macro
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
-from agentspec.runtime.policies import Decision, Policy
+from agentspec.runtime.policies.protocol import Decision, Policy
 from agentspec.runtime.probe import Prober
-from agentspec.runtime.runlog import RunLog, TaskLog
+from agentspec.runtime.runlog.replay import TaskLog
+from agentspec.runtime.runlog.writer import RunLog
+from agentspec.runtime.sa_commit import confirm_alternative, confirm_head, reuse_read_only
 from agentspec.runtime.spork import Spork
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Effect, Observation, Step, TerminationReason, ToolCall
 
-__all__ = ["CommittedStep", "ExecutionLoop", "ExecutionResult", "ExecutorConfig", "SporkConfig"]
+__all__ = ["CommittedStep", "ExecutionLoop", "ExecutionResult"]
 
 CommittedStep = Step  # the executor commits agentspec Steps
 
@@ -107,10 +100,10 @@ def _the_agentspec_error(group: BaseExceptionGroup) -> BaseException:
 class ExecutionLoop:
     """Runs one task's agent loop with speculation (see module docstring).
 
-    SPORK and SMC's commit reach the loop only through the interfaces they declare
-    (:class:`~agentspec.runtime.spork.SporkHost`, :class:`~agentspec.runtime.macro_commit.MacroHost`):
-    :meth:`commit`, :meth:`run_tool`, :meth:`chain_head`, :meth:`drafts`, :meth:`since_start` and the public
-    attributes.
+    SPORK and SA's and SMC's commits reach the loop only through the interfaces they declare
+    (:class:`~agentspec.runtime.spork.SporkHost`, :class:`~agentspec.runtime.sa_commit.SAHost`,
+    :class:`~agentspec.runtime.macro_commit.MacroHost`): :meth:`commit`, :meth:`spared`, :meth:`run_tool`,
+    :meth:`chain_head`, :meth:`drafts`, :meth:`since_start` and the public attributes.
 
     ``latency`` times the tools; a model's simulated time comes from wrapping its policy
     (:class:`~agentspec.runtime.simulated.SimulatedLatency`), so the loop treats every policy alike.
@@ -143,7 +136,8 @@ class ExecutionLoop:
         self.clock = TaskClock(self.timeline, latency, self.config.seed)
         self.journal = Journal(backend, log, task_id, elapsed=lambda: self.since_start(anyio.current_time()))
         self.steps = self.journal.steps
-        self.chain = DraftChain(self, self.journal, speculator, self.config, LateHints(authority, self.metrics))
+        self.chain = DraftChain(self, self.config)
+        self.worker = SpeculationWorker(self.chain, self.journal, speculator, LateHints(authority, self.metrics))
         self.spork = Spork(self, prober, spork or SporkConfig()) if prober is not None else None
         self.clock.on_tool = self.spork.cost.observe_tool if self.spork is not None else None
         self.decider = Decider(self, authority, self.chain, self.journal, self.config, governor, self.spork)
@@ -185,7 +179,7 @@ class ExecutionLoop:
             if self.users is not None and not self.steps:
                 await self._execute_live(say(self.users.user.opening, "opening"))  # the agent's first words
             if self.config.mode != "sequential":
-                group.start_soon(self.chain.work, group)
+                group.start_soon(self.worker.work, group)
             while (ended := self.users.ended if self.users is not None else None) is None:
                 if self.journal.errors >= self.config.max_errors:  # the opening's user turn's errors count too (tau2)
                     termination = TerminationReason.TOO_MANY_ERRORS
@@ -256,10 +250,11 @@ class ExecutionLoop:
             entries.append((call, draft.observation.model_copy(update={"call_id": call.id}), eid))
         self.journal.record(entries, source, macro_id)
         for draft in drafts:
-            self._saved(draft, skipped=source == "macro")  # a macro's drafts each spare an authority decision
+            self.spared(draft, skipped=source == "macro")  # a macro's drafts each spare an authority decision
         await self.chain.retire(drafts)
 
-    def _saved(self, draft: Draft, *, skipped: bool) -> None:
+    def spared(self, draft: Draft, *, skipped: bool) -> None:
+        """``draft`` was committed: tell the governor what it spared the authority (``skipped``: a decision too)."""
         if self.governor is not None:
             self.governor.observe_committed(draft, self.decider.decided_at, skipped=skipped)
 
@@ -278,64 +273,14 @@ class ExecutionLoop:
             await self.chain.reset(count_waste=True)  # drafts forked before this commit are stale
             return
         if self.config.mode != "sequential":
-            if await self._confirm_first_draft(call):
+            if await confirm_head(self, call):
+                if self.config.mode == "smc" and self.macros is not None:
+                    await try_macro(self, self.macros, l_min=self.config.l_min, verify=self.config.verify_macros,
+                                    verified=self.metrics.macro_commit == VERIFIED)
                 return
-            if await self._confirm_alternative(call):
-                return
-            if self._reuse_read_only(call):
+            if await confirm_alternative(self, call) or reuse_read_only(self, call):
                 return
         await self._execute_live(call)
-
-    async def _confirmable(self, draft: Draft) -> bool:
-        """Wait for ``draft``'s tool if it still runs (don't rerun it); whether its fork may become live."""
-        if not draft.done.is_set():
-            started = anyio.current_time()
-            await draft.done.wait()
-            self.metrics.observe_tool_wait(anyio.current_time() - started)
-        sandbox = draft.sandbox
-        return sandbox is not None and draft.observation is not None and self.backend.live_token in sandbox.lineage
-
-    async def _confirm_first_draft(self, call: ToolCall) -> bool:
-        first = self.chain.head()
-        if first is None or first.call != call or not first.executable or not await self._confirmable(first):
-            return False
-        await self.commit([first], "sa", call)
-        self.metrics.observe_sa_commit(0)
-        if self.config.mode == "smc" and self.macros is not None:
-            await try_macro(self, self.macros, l_min=self.config.l_min, verify=self.config.verify_macros,
-                            verified=self.metrics.macro_commit == VERIFIED)
-        return True
-
-    async def _confirm_alternative(self, call: ToolCall) -> bool:
-        """Commit the fork of the head position's alternative guess equal to ``call`` (``spec_width`` > 1).
-
-        The drafts after the head continued the head's fork, not the alternative's: they are dropped, and
-        speculation restarts from the state after the commit."""
-        head = self.chain.head()
-        ranked = [(rank, alt) for rank, alt in enumerate(head.alternatives, 1) if alt.call == call] if head else []
-        if head is None or not ranked:
-            return False
-        rank, alternative = ranked[0]
-        if not await self._confirmable(alternative):
-            return False
-        head.alternatives.remove(alternative)
-        async with self.chain.restarted():
-            self.chain.drafts = [alternative]
-            await self.commit([alternative], "sa", call)
-        self.metrics.observe_sa_commit(rank)
-        return True
-
-    def _reuse_read_only(self, call: ToolCall) -> bool:
-        """Serve a read-only call from a finished draft whose fork state still equals live state."""
-        draft = self.chain.reusable(call) if self.effect(call.name) is Effect.READ_ONLY else None
-        if draft is None or draft.observation is None:
-            return False
-        # Journalled like any commit: a resumed run must count this step, or it re-runs what follows.
-        (eid,) = self.journal.intents([call], "reuse")
-        self.journal.record([(call, draft.observation.model_copy(update={"call_id": call.id}), eid)], "reuse")
-        self.metrics.observe_reuse()
-        self._saved(draft, skipped=False)
-        return True
 
     async def _execute_live(self, call: ToolCall) -> None:
         if self.effect(call.name) is Effect.READ_ONLY:

@@ -1,8 +1,8 @@
 """Late hints: the speculator's next call, handed to an authority decision that is already running.
 
 A decision that starts after the speculator's guess gets the guess with its request
-(:class:`~agentspec.runtime.policies.PredictedHistory`).  One already running missed that; if its policy still
-takes hints (:class:`~agentspec.runtime.policies.TakesHints`, ``agentspec serve --decoder toolspec``), its decoder
+(:class:`~agentspec.runtime.policies.protocol.PredictedHistory`).  One already running missed that; if its policy still
+takes hints (:class:`~agentspec.runtime.policies.protocol.TakesHints`, ``agentspec serve --decoder toolspec``), its decoder
 drafts the call from its next forward.  A hint changes the authority's speed, never its output.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import anyio.abc
 
 from agentspec.runtime.metrics import ExecutionMetrics
-from agentspec.runtime.policies import Policy, TakesHints
+from agentspec.runtime.policies.protocol import Policy, TakesHints
 from agentspec.types import ToolCall
 
 

@@ -3,26 +3,22 @@
 Every committed step is logged twice: its intent (an effect id) before live state changes, then the commit with
 the state it left (a checkpoint, where the backend can serialise it).  A resumed task adopts the logged steps and
 that state, so no committed effect is applied again.  :class:`~agentspec.runtime.executor.ExecutionLoop` decides
-*what* commits; this module only records it.
+*what* commits; this module only records it, and adopts a logged task's steps on resume (with the checks of
+:mod:`agentspec.runtime.resume`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from collections.abc import Callable
 
-from agentspec.errors import ConfigError
-from agentspec.runtime.conversation import SAY
 from agentspec.runtime.draft import Source
-from agentspec.runtime.policies import History
-from agentspec.runtime.runlog import RunLog, TaskLog, effect_id
-from agentspec.snapshot import Checkpointable, SnapshotBackend, resume_by
-from agentspec.types import Effect, Observation, Requestor, Step, ToolCall
-
-Uncertain = Literal["stop", "retry", "skip"]
-"""What a resume does with a call the stopped run started and never confirmed, where its effect may have happened
-(``--resume-retry-uncertain``, ``--resume-skip-uncertain``; stop by default)."""
+from agentspec.runtime.policies.protocol import History
+from agentspec.runtime.resume import Uncertain, not_done, replay_steps, restore_state
+from agentspec.runtime.runlog.records import effect_id
+from agentspec.runtime.runlog.replay import TaskLog
+from agentspec.runtime.runlog.writer import RunLog
+from agentspec.snapshot import Checkpointable, SnapshotBackend
+from agentspec.types import Observation, Step, ToolCall
 
 Entry = tuple[ToolCall, Observation, str]
 """One step to record: the call, its observation, its effect id (from :meth:`Journal.intents`)."""
@@ -60,42 +56,15 @@ class Journal:
 
         Raises :class:`ConfigError` when the log's checkpoint is not trusted data, or when it cannot give back
         the state its steps left."""
-        kind = resume_by(self.backend)
-        if resumed.checkpoint is not None:
-            if kind != "checkpoint":
-                raise ConfigError(f"task {self.task_id!r}: the log holds a checkpoint this backend cannot restore")
-            assert isinstance(self.backend, Checkpointable)
-            self.backend.restore_checkpoint(resumed.checkpoint)
-        elif resumed.steps and kind == "checkpoint":
-            raise ConfigError(
-                f"task {self.task_id!r}: the log holds {len(resumed.steps)} committed steps but no checkpoint of the "
-                "state they left (this environment's state cannot be serialised), so resuming would lose their effects"
-            )
+        kind = restore_state(self.backend, self.task_id, resumed)
         self.resumed_at = resumed.elapsed_s
         for step in resumed.committed():  # the one reading of a logged task's steps (the API's logged result too)
             self.steps.append(step.model_copy(update={"index": len(self.steps)}))
             self.errors += int(step.observation.error)
         if kind == "replay":
             self.to_replay = list(self.steps)
-        if kind == "world":
-            self._settle_uncertain(resumed, uncertain)
-
-    def _settle_uncertain(self, resumed: TaskLog, uncertain: Uncertain) -> None:
-        """The world outside: what to do with the calls the stopped run started and never confirmed."""
-        for intent in resumed.uncertain[:1]:  # only the next step's: a later one was never reached
-            call = ToolCall.model_validate(intent["call"])
-            if self.backend.effect(call.name) in (Effect.READ_ONLY, Effect.IDEMPOTENT) or uncertain == "retry":
-                continue
-            if uncertain == "stop":
-                arguments = json.dumps(call.arguments, sort_keys=True)[:200]
-                raise ConfigError(
-                    f"task {self.task_id!r}: the stopped run started {call.name}({arguments}) (step {intent['step']}) "
-                    "and never confirmed it, and this environment keeps its effects: it may or may not have happened. "
-                    "Check, then resume with --resume-retry-uncertain (run it again) or --resume-skip-uncertain "
-                    "(record it as not done)")
-            observation = Observation(call_id=call.id, name=call.name, error=True, content=(
-                "Error: not done: the run stopped before this call's result, and it was resumed without running it "
-                "again (--resume-skip-uncertain)"))
+        if kind == "world" and (skipped := not_done(self.backend, self.task_id, resumed, uncertain)) is not None:
+            call, observation = skipped
             (eid,) = self.intents([call], "authority")
             self.record([(call, observation, eid)], "authority")
 
@@ -104,19 +73,7 @@ class Journal:
         in order, each checked against its logged answer (:class:`ConfigError` where one differs: the environment
         does not replay deterministically).  Read-only calls change nothing, so they are not run."""
         steps, self.to_replay = self.to_replay, []
-        for step in steps:
-            if step.source == "invalid":
-                continue  # never executed: unusable model output
-            for call, requestor, logged in _effects(step):
-                if self.backend.effect(call.name) is Effect.READ_ONLY:
-                    continue
-                got = await self.backend.execute(call, requestor)
-                if logged is not None and _parsed(got.content) != _parsed(logged.content):
-                    raise ConfigError(
-                        f"task {self.task_id!r}: resuming ran step {step.index} ({call.name}) again on a fresh "
-                        f"environment and it answered {got.content[:200]!r}, where the log has "
-                        f"{logged.content[:200]!r}: this environment does not replay its steps the same way; "
-                        "start afresh with --overwrite")
+        await replay_steps(self.backend, self.task_id, steps)
 
     def intents(self, calls: list[ToolCall], source: Source) -> list[str]:
         """Effect ids of the next steps, logged as intents before live state changes."""
@@ -137,24 +94,3 @@ class Journal:
             checkpoint = self.backend.checkpoint() if isinstance(self.backend, Checkpointable) else None
             logged = [(first + i, eid, observation) for i, (_, observation, eid) in enumerate(entries)]
             self.log.commit(self.task_id, logged, checkpoint, self.elapsed() if self.elapsed is not None else None)
-
-
-def _effects(step: Step) -> Iterator[tuple[ToolCall, Requestor, Observation | None]]:
-    """The calls a committed step made on the environment, with who made them and their logged answers: the call
-    itself, or for a message to the user, the user's calls in its turn."""
-    if step.call.name != SAY:
-        yield step.call, step.observation.requestor, step.observation
-        return
-    answers = {m.tool_call_id: m for m in step.observation.turn if m.role == "tool"}
-    for message in step.observation.turn:
-        for call in message.tool_calls:
-            answer = answers.get(call.id)
-            logged = Observation(call_id=call.id, name=call.name, content=answer.content or "") if answer else None
-            yield call, "user", logged
-
-
-def _parsed(content: str) -> Any:
-    try:
-        return json.loads(content)
-    except json.JSONDecodeError:
-        return content

@@ -71,7 +71,7 @@ class LatencyModel(BaseModel):
     tokens_per_step: int = Field(default=0, ge=0, description="prompt growth per committed step (call + result)")
     recorded: bool = False
     """The recorded clock: a recorded agent (``--agent replay``) takes the time its recording shows for each
-    decision and user turn (:mod:`agentspec.runtime.recorded`); only tools are timed here."""
+    decision and user turn (:mod:`agentspec.runtime.recorded_agent`); only tools are timed here."""
     derivation: str = ""
 
     def prompt_tokens(self, steps: int) -> int:

@@ -5,14 +5,14 @@ steps align with the next drafts of the chain (slots bound consistently across b
 ``l_min`` authority decisions, and the deepest of those drafts' forks still descends from live state.  Among
 the macros that fire, the one skipping most wins, then the one with the higher reliability bound.
 
-With ``--macro-commit verified`` (the default where the authority can verify, :mod:`agentspec.runtime.chain_verify`)
+With ``--macro-commit verified`` (the default where the authority can verify, :mod:`agentspec.runtime.chain_verification`)
 the fired macro's drafts are a draft at the action level: the authority verifies the chain (the drafts' calls and
 their forks' observations) in one request, and only the accepted prefix commits; the rest stay drafts, for the next
 decision to confirm or reject as in SA.  A verification accepting nothing commits nothing.  ``trusted`` is the
 paper's lossy commit.
 
 The loop is reached only through :class:`MacroHost`, which :class:`~agentspec.runtime.executor.ExecutionLoop`
-implements; SA's commit of a confirmed first draft stays in the loop itself.
+implements; SA's commit of a confirmed first draft is :mod:`agentspec.runtime.sa_commit`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Protocol
 import anyio
 
 from agentspec.macros import Macro, MacroLibrary, align
-from agentspec.runtime.chain_verify import ChainVerdict, VerifiesChains
+from agentspec.runtime.chain_verification import ChainVerdict, VerifiesChains
 from agentspec.runtime.draft import Draft, Source
-from agentspec.runtime.governor import Governor
+from agentspec.runtime.governor.rule import Governor
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
-from agentspec.runtime.policies import Policy
+from agentspec.runtime.policies.protocol import Policy
 from agentspec.runtime.simulated import untimed
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Step, ToolCall

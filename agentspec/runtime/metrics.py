@@ -1,8 +1,11 @@
-"""Per-task execution metrics, timeline events, and run-level aggregates."""
+"""One task's books: the counters the runtime changes only through ``observe_*`` calls, and its timeline.
+
+Kept apart from the summaries (:mod:`agentspec.runtime.summary`): the loop and its parts write these per task;
+a mode's figures are computed from them afterwards.
+"""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -98,12 +101,12 @@ class ExecutionMetrics:
     speculators: dict[str, dict[str, int]] | None = None
     """A panel of two or more speculators (``--speculator-model`` given again): per member its ``calls``,
     ``ends`` (predicted "the task is done"), ``abstained``, and of its ends ``ends_right``/``ends_wrong``
-    (:func:`~agentspec.runtime.governor.panel_counts`); None, and left out of :meth:`as_dict`, otherwise."""
+    (:func:`~agentspec.runtime.governor.panel.panel_counts`); None, and left out of :meth:`as_dict`, otherwise."""
 
     # -- observations: the only way the runtime changes these figures (as vLLM's spec-decode stats) --------------
 
     def observe_commit_mode(self, mode: str) -> None:
-        """SMC's macro commit for this task, as :func:`~agentspec.runtime.chain_verify.commit_mode` resolved it."""
+        """SMC's macro commit for this task, as :func:`~agentspec.runtime.chain_verification.commit_mode` resolved it."""
         self.macro_commit = mode
 
     def observe_mismatches(self, count: int) -> None:
@@ -256,82 +259,6 @@ def _grow(counts: list[int], depth: int) -> None:
 def _bump(counts: list[int], depth: int) -> None:
     _grow(counts, depth)
     counts[depth - 1] += 1
-
-
-def _sum_lists(lists: Sequence[list[int]]) -> list[int]:
-    width = max((len(x) for x in lists), default=0)
-    return [sum(x[i] for x in lists if i < len(x)) for i in range(width)]
-
-
-LABELS = ("macro_commit",)
-"""Text fields: a mode's summary holds their distinct values, not a sum."""
-PANEL = "speculators"
-"""Per panel member counts: a mode's summary holds them summed per member (:func:`sum_panels`)."""
-NUMERIC = [name for name in ExecutionMetrics.__dataclass_fields__ if name not in (*LABELS, PANEL)]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    index = (len(ordered) - 1) * q
-    low, high = int(index), min(int(index) + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (index - low)
-
-
-def aggregate(per_task: Sequence[ExecutionMetrics]) -> dict[str, Any]:
-    """Totals of the counters, means of the times, and P50/P95 of task wall time."""
-    if not per_task:
-        return {}
-    out: dict[str, Any] = {}
-    for name in NUMERIC:
-        values = [getattr(m, name) for m in per_task]
-        if name.endswith(("_by_depth", "_by_rank")):
-            out[name] = _sum_lists(values)
-        elif name == "wall_s":
-            out["mean_task_wall_s"] = round(statistics.fmean(values), 4)
-        elif name.endswith("_s"):
-            out[f"mean_{name}"] = round(statistics.fmean(values), 4)
-        else:
-            out[name] = sum(values)
-    made = out["predictions_by_depth"]
-    for kind in ("", "name_"):
-        hits = out[f"{kind}hits_by_depth"] + [0] * (len(made) - len(out[f"{kind}hits_by_depth"]))  # older logs: none
-        rates = [round(hit / n, 4) if n else None for hit, n in zip(hits, made, strict=True)]
-        out[f"speculator_{kind}hit_rate_by_depth"] = rates
-        out[f"speculator_{kind}hit_rate"] = rates[0] if rates else None  # the next call, what SA confirms
-    reported = out["authority_reported_calls"]
-    out["authority_forwards_per_call"] = round(out["authority_forwards"] / reported, 3) if reported else None
-    for name in LABELS:
-        labels = sorted({value for m in per_task if (value := getattr(m, name)) is not None})
-        if labels:
-            out[name] = "; ".join(labels)
-    panels = sum_panels([m.speculators for m in per_task])
-    if panels is not None:
-        out[PANEL] = panels
-    walls = [m.wall_s for m in per_task]
-    out["p50_wall_s"] = round(percentile(walls, 0.5), 4)
-    out["p95_wall_s"] = round(percentile(walls, 0.95), 4)
-    return out
-
-
-def sum_panels(per_task: Sequence[dict[str, dict[str, int]] | None]) -> dict[str, dict[str, int]] | None:
-    """Each member's counts summed over the tasks that had a panel (members in the order first seen); None when
-    none had one.
-
-    >>> sum_panels([{"learned": {"calls": 2, "ends": 1}}, None, {"learned": {"calls": 1, "ends": 0}}])
-    {'learned': {'calls': 3, 'ends': 1}}
-    """
-    panels = [panel for panel in per_task if panel is not None]
-    if not panels:
-        return None
-    out: dict[str, dict[str, int]] = {}
-    for panel in panels:
-        for name, counts in panel.items():
-            total = out.setdefault(name, {})
-            for key, value in counts.items():
-                total[key] = total.get(key, 0) + value
-    return out
 
 
 @dataclass

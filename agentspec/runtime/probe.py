@@ -29,7 +29,9 @@ from agentspec.errors import ModelError
 from agentspec.models import ModelClient
 from agentspec.models.parsing import extract_tool_calls
 from agentspec.runtime.latency import estimate_tokens
-from agentspec.runtime.policies import History, history_messages, next_gold
+from agentspec.runtime.policies.llm import history_messages
+from agentspec.runtime.policies.protocol import History
+from agentspec.runtime.policies.scripted import next_gold
 from agentspec.types import Message, ToolCall, ToolSpec
 
 FENCED_OPENING = '```json\n{\n  "name": "'
@@ -127,7 +129,7 @@ class LLMProber:
 
     @classmethod
     def of(cls, policy: Any, *, opening: str = FENCED_OPENING, max_tokens: int = 48) -> LLMProber:
-        """A prober for an :class:`~agentspec.runtime.policies.LLMPolicy`: same endpoint, prompt, tools, prefix."""
+        """A prober for an :class:`~agentspec.runtime.policies.llm.LLMPolicy`: same endpoint, prompt, tools, prefix."""
         return cls(policy.client, policy.system_prompt, opening=opening, max_tokens=max_tokens, tools=policy.tools,
                    answer_prefix=policy.answer_prefix)
 

@@ -1,7 +1,7 @@
 """Simulated model latency: wrappers that charge a latency model's time around a real policy or prober.
 
-A scripted policy (:class:`~agentspec.runtime.policies.OracleAuthority`,
-:class:`~agentspec.runtime.policies.NoisyOracleSpeculator`) answers at once.
+A scripted policy (:class:`~agentspec.runtime.policies.scripted.OracleAuthority`,
+:class:`~agentspec.runtime.policies.scripted.NoisyOracleSpeculator`) answers at once.
 To study it at GPU-scale speeds, whoever builds the run wraps it:
 :class:`SimulatedLatency` makes each decision take the latency model's time
 for its role on the run's clock (prefill, then decode), and streams that
@@ -28,9 +28,9 @@ from typing import Literal
 import anyio
 
 from agentspec.errors import ConfigError
-from agentspec.runtime.chain_verify import Chain, ChainVerdict, Prefix, VerifiesChains, verification_of
+from agentspec.runtime.chain_verification import Chain, ChainVerdict, Prefix, VerifiesChains, verification_of
 from agentspec.runtime.latency import LatencyModel, ModelLatency, estimate_tokens
-from agentspec.runtime.policies import Decision, History, Policy, Progress, committed_steps
+from agentspec.runtime.policies.protocol import Decision, History, Policy, Progress, committed_steps
 from agentspec.runtime.probe import Prober, ProbeResult
 
 Role = Literal["authority", "speculator"]

@@ -37,12 +37,12 @@ from agentspec.runtime.config import SporkConfig
 from agentspec.runtime.cost_model import CostModel
 from agentspec.runtime.draft import Draft, Source
 from agentspec.runtime.metrics import ExecutionMetrics, Timeline
-from agentspec.runtime.policies import Decision, History, Policy
+from agentspec.runtime.policies.protocol import Decision, History, Policy
 from agentspec.runtime.probe import Prober, ProbeResult, schema_errors
 from agentspec.snapshot import SnapshotBackend
 from agentspec.types import Effect, Observation, ToolCall
 
-__all__ = ["Spork", "SporkConfig", "SporkHost"]  # SporkConfig lives in runtime.config; imported from here too
+__all__ = ["Spork", "SporkHost"]
 
 
 class SporkHost(Protocol):

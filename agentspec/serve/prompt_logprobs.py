@@ -5,7 +5,7 @@ tokens: ``None`` for the first, then per token a dict from token id (as a
 string) to ``{"logprob", "rank", "decoded_token"}`` holding the prompt token
 itself (its true rank: 1 is the argmax) and the ``N`` likeliest tokens.  A
 client verifies a chain of calls through it (every call token rank 1:
-:mod:`agentspec.serve.chain` does it exactly, under the tool grammar).
+:mod:`agentspec.serve.chain_verification` does it exactly, under the tool grammar).
 
 Cached key/values carry no logits, so the prompt is computed in full
 (:class:`PromptLogprobJob`, in prefill-sized units of the engine's steps);
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentspec.decoding.kv_cache import Reuse
-from agentspec.models.local import LocalModel, require
-from agentspec.serve.sequence_job import SequenceJob
+from agentspec.engine.kv_cache import Reuse
+from agentspec.engine.model import LocalModel, require
+from agentspec.engine.sequence_job import SequenceJob
 
 __all__ = ["HEAD_ROWS", "PromptLogprobJob"]
 
@@ -32,7 +32,7 @@ Entry = dict[str, dict[str, Any]] | None
 
 
 class PromptLogprobJob(SequenceJob):
-    """The prompt's log-probabilities as an engine job (:class:`~agentspec.serve.engine.ForwardJob`)."""
+    """The prompt's log-probabilities as an engine job (:class:`~agentspec.engine.scheduler.ForwardJob`)."""
 
     runs_model = False
 

@@ -2,7 +2,7 @@
 
 Only what the server uses is modelled; unknown fields are ignored (clients
 send many).  A body that does not validate becomes a 400 :class:`APIError`
-naming the first bad field (tool definitions are :mod:`agentspec.decoding.grammar`'s
+naming the first bad field (tool definitions are :mod:`agentspec.engine.grammar`'s
 :class:`ToolDef`, re-exported here)::
 
     >>> ChatRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "Hi"}]}).max_tokens is None
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentspec.decoding.grammar import FunctionDef, ToolDef, render_call
+from agentspec.engine.grammar import FunctionDef, ToolDef, render_call
 
 __all__ = [
     "APIError", "ChainCall", "ChainRequest", "ChainStep", "ChatMessage", "ChatRequest", "FunctionDef", "HintDelivery",
@@ -195,7 +195,7 @@ class ChatRequest(_Lenient):
     """vLLM's extension: keep generating past end-of-sequence (benchmarks)."""
     priority: int = Field(default=0, ge=-MAX_TOKEN_COUNT, le=MAX_TOKEN_COUNT)
     """vLLM's extension: lower is served first.  Here a request above 0 runs only while no request of a better
-    priority is in progress on any of the server's models (:mod:`agentspec.serve.priority`)."""
+    priority is in progress on any of the server's models (:mod:`agentspec.engine.priority`)."""
     agentspec_hints: list[str] | None = Field(default=None, max_length=MAX_HINTS)
     """Predicted completion texts for the ToolSpec decoder to draft from (agentspec.decoding.hint_drafter)."""
     agentspec_predicted_calls: list[PredictedCall] | None = Field(default=None, max_length=MAX_HINTS)

@@ -24,12 +24,12 @@ from typing import Any, Self
 
 import anyio
 
+from agentspec.engine.model import load_model, require
+from agentspec.engine.priority import PriorityGate
+from agentspec.engine.scheduler import DEFAULT_PREFIX_CACHE_BYTES, Engine, PrefixCache
 from agentspec.errors import ConfigError
-from agentspec.models.local import load_model, require
 from agentspec.models.registry import resolve
 from agentspec.serve.app import DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TOKENS, create_app
-from agentspec.serve.engine import DEFAULT_PREFIX_CACHE_BYTES, Engine, PrefixCache
-from agentspec.serve.priority import PriorityGate
 
 __all__ = ["ServerThread", "load_engines", "serve_until_stopped"]
 
@@ -41,7 +41,7 @@ def load_engines(specs: list[str], *, decoder: str = "greedy", sidecar: str | No
     ``decoder="toolspec"`` serves greedy requests with the ToolSpec decoder
     (:mod:`agentspec.decoding.serving`), with a ``sidecar`` model if named.  Each engine's prefix cache keeps up
     to ``prefix_cache_bytes`` of key/values.  The engines share one
-    :class:`~agentspec.serve.priority.PriorityGate`: a request's ``priority`` orders it against every model's.
+    :class:`~agentspec.engine.priority.PriorityGate`: a request's ``priority`` orders it against every model's.
     """
     if decoder not in ("greedy", "toolspec"):
         raise ConfigError(f"unknown decoder {decoder!r}: use greedy or toolspec")
@@ -63,7 +63,9 @@ def load_engines(specs: list[str], *, decoder: str = "greedy", sidecar: str | No
     return engines
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: any free port) for :func:`serve_until_stopped`; a port that
+    cannot be bound is a :class:`ConfigError`.  Used by ``agentspec serve`` (both engines) and :class:`ServerThread`."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -75,7 +77,9 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn_server(app: Any) -> Any:
+def uvicorn_server(app: Any) -> Any:
+    """A uvicorn server for the ASGI ``app`` with this project's settings (no lifespan, no access log, h11,
+    asyncio), to run with :func:`serve_until_stopped` on a socket from :func:`bind`."""
     uvicorn = require("uvicorn")
     config = uvicorn.Config(
         app, interface="asgi3", lifespan="off", log_config=None, log_level="warning", access_log=False,
@@ -140,9 +144,9 @@ class ServerThread:
         self.base_url = ""
 
     def __enter__(self) -> Self:
-        self._socket = _bind("127.0.0.1", 0)
+        self._socket = bind("127.0.0.1", 0)
         self.base_url = _base_url(self._socket)
-        self._server = _uvicorn_server(self._app)
+        self._server = uvicorn_server(self._app)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, name="agentspec-server", daemon=True
         )

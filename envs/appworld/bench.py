@@ -394,6 +394,13 @@ class AppWorldBench:
         self._said_all_apps = False
 
     @classmethod
+    def setup(cls, *, venv: str | None = None) -> dict[str, Any]:
+        """``agentspec bench setup appworld``: make AppWorld's own venv (``venv`` overrides where); its summary."""
+        from envs.appworld.venv import ensure_venv
+
+        return ensure_venv(Path(venv).expanduser() if venv else None)
+
+    @classmethod
     def from_data_dir(cls, data_dir: str | Path | None = None, *, python: str | Path | None = None,
                       actions: str = "api", apps: str | Sequence[str] | None = None, **ignored: Any) -> AppWorldBench:
         """The user's AppWorld folder (``--data-dir`` or ``$APPWORLD_ROOT``); ``apps`` like ``"spotify,venmo"``

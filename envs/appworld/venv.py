@@ -12,10 +12,6 @@ lives at ``$AGENTSPEC_APPWORLD_VENV`` or ``~/.cache/agentspec/appworld/venv``; s
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-from typing import Any
-
 from agentspec.pinned_venv import PinnedVenv
 
 APPWORLD_VERSION = "0.1.3.post1"
@@ -35,9 +31,3 @@ venv_path = VENV.path
 venv_python = VENV.python
 installed_version = VENV.installed_version
 ensure_venv = VENV.ensure
-
-
-def setup_command(args: argparse.Namespace) -> dict[str, Any]:
-    """``agentspec bench setup appworld``: make the venv (``args.venv`` overrides where); its JSON summary."""
-    given = getattr(args, "venv", None)
-    return ensure_venv(Path(given).expanduser() if given else None)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentspec.types import Requestor, ToolCall
-from envs.tau2_telecom.dataset import Task, TelecomData
+from envs.tau2_telecom.dataset import TAU2_DATA, Task, TelecomData
 from envs.tau2_telecom.environment import TelecomEnvironment
 
 AGENT_INSTRUCTIONS = (
@@ -35,6 +35,10 @@ class TelecomBench:
     name = "tau2-telecom"
     tau2_domain = "telecom"
     """The domain's name in tau2's own registry (its results files name it)."""
+    data = TAU2_DATA
+    """The tau2 data files, pinned by sha256 (``agentspec data pull --bench tau2-telecom``)."""
+    shipped_macros = Path(__file__).resolve().parents[2] / "macros" / "tau2-telecom.json"
+    """The macro library mined from train's gold calls (``--mode smc``'s default), in a source checkout."""
 
     def __init__(self, data: TelecomData) -> None:
         self.data = data

@@ -35,7 +35,7 @@ def workspace_program() -> SandboxProgram:
 
 @functools.cache
 def dev_image() -> str:
-    """The development sandbox image (``envs/sandboxes/dev.toml``), built once or found by its content hash.
+    """The development sandbox image (``agentspec/sandbox/definitions/dev.toml``), built once or found by its content hash.
 
     SnapshotError (one line) when no Docker engine answers."""
     from agentspec.sandbox import connect

@@ -3,6 +3,7 @@
     python tests/servers/notes_server.py [ROOT]        # ROOT: argv, else $NOTES_ROOT, else the working directory
     python tests/servers/notes_server.py ROOT --http PORT   # streamable HTTP on 127.0.0.1:PORT/mcp instead
 
+Besides its tools it offers resources (``notes://index``, ``notes://note/{name}``) and a prompt (``review_notes``).
 ``list_notes`` and ``read_note`` declare ``readOnlyHint``; ``add_note`` declares itself additive and closed-world
 (still state-changing); ``delete_note`` has no annotations at all, so the MCP defaults apply to it.  Every call
 reads the folder afresh (nothing is kept in memory), so a copy of the server over a forked folder is a fork of it.
@@ -84,6 +85,28 @@ def delete_note(name: str) -> str:
         raise ToolError(f"no note {name!r}")
     path.unlink()
     return f"deleted note {name}"
+
+
+@server.resource("notes://index", mime_type="text/plain")
+def index() -> str:
+    """Every note's name and first line (what list_notes answers), as a resource."""
+    return list_notes()
+
+
+@server.resource("notes://note/{name}", mime_type="text/plain")
+def note(name: str) -> str:
+    """One note, as a resource."""
+    return read_note(name)
+
+
+@server.prompt()
+def review_notes(focus: str = "") -> str:
+    """Ask for a review of the notes.
+
+    Args:
+        focus: What the review should look at.
+    """
+    return f"Review my notes{' about ' + focus if focus else ''}:\n{list_notes()}"
 
 
 if __name__ == "__main__":

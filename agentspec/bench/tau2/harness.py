@@ -1,6 +1,6 @@
 """A tau2 domain as a bench: tau2's parties and evaluator around the domain's knowledge.
 
-A tau2 domain (``envs/tau2_telecom`` is one) provides tasks, environments,
+A tau2 domain (the telecom bench is one) provides tasks, environments,
 prompts and gold calls (:class:`Tau2Domain`); :class:`Tau2Bench` adds what
 every tau2 domain shares: the ``done`` tool of solo mode, the user simulator
 of normal mode, scoring with tau2's evaluator, and the scripted authority and
@@ -31,14 +31,17 @@ from agentspec.bench.tau2.parties import (
 from agentspec.bench.tau2.recorded import read_recording
 from agentspec.models import ModelClient
 from agentspec.runtime.conversation import RunCall, ScriptedUser, User, UserTurn, scripted_turns, steps_trajectory
-from agentspec.runtime.policies import OracleAuthority, Policy
-from agentspec.runtime.recorded import Recording
+from agentspec.runtime.policies.protocol import Policy
+from agentspec.runtime.policies.scripted import OracleAuthority
+from agentspec.runtime.recording import Recording
 from agentspec.snapshot import InProcessBackend, SnapshotBackend
 from agentspec.types import Message, Requestor, Step, TerminationReason, ToolCall, ToolSpec, Trajectory
 
 
+@runtime_checkable
 class Tau2Domain(Protocol[T]):
-    """What a tau2 domain knows (see ``envs/tau2_telecom/bench.py``); ``T``: its task type."""
+    """What a tau2 domain knows (the telecom bench is one); ``T``: its task type.  A registered bench class that
+    has all of it is opened wrapped in :class:`Tau2Bench` (:func:`agentspec.bench.registry.open_bench`)."""
 
     name: str
 

@@ -2,7 +2,7 @@
 and tau2's conversation rules they follow (the greeting, the stop tokens, solo mode's ``done`` tool).
 
 The agent is the executor's authority policy (it sees the conversation as
-:func:`agentspec.runtime.policies.history_messages` builds it).  The user
+:func:`agentspec.runtime.policies.llm.history_messages` builds it).  The user
 simulator sees the conversation with the roles swapped, plus its own tool
 calls and results.
 """

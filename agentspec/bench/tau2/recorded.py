@@ -1,4 +1,4 @@
-"""tau2-bench's own simulation files, read as recordings of real agents (:class:`~agentspec.runtime.recorded.Recording`).
+"""tau2-bench's own simulation files, read as recordings of real agents (:class:`~agentspec.runtime.recording.Recording`).
 
 tau2 writes a run as one JSON document: ``info`` (the agent's and the user's implementation and model, the
 environment's domain), ``tasks`` and ``simulations``, each simulation with its ``task_id``, ``trial``,
@@ -33,7 +33,7 @@ from agentspec.bench.tau2.official import TAU2_RESULTS
 from agentspec.bench.tau2.parties import AGENT_STOP_TOKEN, USER_STOP_TOKENS
 from agentspec.errors import AgentSpecError, ConfigError
 from agentspec.runtime.conversation import say
-from agentspec.runtime.recorded import (
+from agentspec.runtime.recording import (
     RecordedCheck,
     RecordedDecision,
     RecordedEpisode,

@@ -18,7 +18,7 @@ from agentspec.bench.registry import open_bench
 from agentspec.errors import ConfigError
 from agentspec.run_spec import RunSpec
 from agentspec.runtime.conversation import User
-from agentspec.runtime.policies import Policy
+from agentspec.runtime.policies.protocol import Policy
 from agentspec.types import Requestor, ToolCall
 from agentspec.user_files import read_user_file
 

@@ -48,7 +48,7 @@ def mcp_proxy_command(args: argparse.Namespace) -> dict[str, Any] | None:
 
     config = proxy_config(args)
     if config.speculator is not None:
-        from agentspec.speculator.artifact import load
+        from agentspec.learned_speculator.artifact import load
 
         load(config.speculator)  # a bad file is one line now, not a failure once the client is connected
     if args.transport == "http":

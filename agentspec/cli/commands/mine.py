@@ -40,6 +40,9 @@ from agentspec.cli.commands.speculator import prepare_replay
 from agentspec.cli.flags import bench_options
 from agentspec.cli.mine import DEFAULT_TEMPERATURE
 from agentspec.errors import ConfigError
+from agentspec.learned_speculator.artifact import load as load_speculator
+from agentspec.learned_speculator.policy import LearnedSpeculator
+from agentspec.learned_speculator.trajectories import task_text
 from agentspec.macros import MacroLibrary
 from agentspec.mining.candidates import enumerate_candidates, graph_statistics, transition_graph
 from agentspec.mining.filter import FilterConfig, select
@@ -53,10 +56,8 @@ from agentspec.mining.labelling import (
 from agentspec.normalize import Normalizer, patterns_from_table
 from agentspec.run_spec import RunSpec, learned_speculator
 from agentspec.runtime.modes import noisy_oracle_p
-from agentspec.runtime.policies import NoisyOracleSpeculator, Policy
-from agentspec.speculator.artifact import load as load_speculator
-from agentspec.speculator.policy import LearnedSpeculator
-from agentspec.speculator.trajectories import task_text
+from agentspec.runtime.policies.protocol import Policy
+from agentspec.runtime.policies.scripted import NoisyOracleSpeculator
 from agentspec.trajectories import MinedTrajectory, deduplicate, gold_trajectories, read_runs
 from agentspec.types import canonical_json
 from agentspec.user_files import out_dir

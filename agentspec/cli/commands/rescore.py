@@ -16,7 +16,7 @@ from agentspec.assembly import recorded_run
 from agentspec.bench.registry import open_bench
 from agentspec.pipeline import run
 from agentspec.run_spec import RunSpec
-from agentspec.runtime.recorded import differing_checks
+from agentspec.runtime.recording import differing_checks
 
 
 def rescore_recordings(bench_name: str, paths: list[str], data_dir: str | None) -> dict[str, Any]:

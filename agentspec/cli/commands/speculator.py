@@ -1,5 +1,5 @@
 """``agentspec speculator fit|score``: a learned speculator, fitted on trajectories and scored on held-out tasks
-(the parser is :mod:`agentspec.cli.speculator`; the fit is :func:`agentspec.speculator.command.fit_bench`).
+(the parser is :mod:`agentspec.cli.speculator`; the fit is :func:`agentspec.learned_speculator.command.fit_bench`).
 
     agentspec speculator fit --bench B --split train [--runs DIR ...] [--data-dir D] --out F.json
     agentspec speculator score --bench B --split S --speculator F [--lookahead] [--data-dir D]
@@ -27,12 +27,12 @@ from agentspec.bench.registry import open_bench
 from agentspec.cli.flags import bench_options
 from agentspec.cli.progress import Progress
 from agentspec.errors import ConfigError
-from agentspec.speculator.artifact import load
-from agentspec.speculator.command import fit_bench
-from agentspec.speculator.model import SpeculatorModel
-from agentspec.speculator.online import OnlineLearner
-from agentspec.speculator.score import cross_validate, score_runs, score_tasks, summarise
-from agentspec.speculator.trajectories import run_trajectories
+from agentspec.learned_speculator.artifact import load
+from agentspec.learned_speculator.command import fit_bench
+from agentspec.learned_speculator.model import SpeculatorModel
+from agentspec.learned_speculator.online import OnlineLearner
+from agentspec.learned_speculator.score import cross_validate, score_runs, score_tasks, summarise
+from agentspec.learned_speculator.trajectories import run_trajectories
 
 
 @runtime_checkable

@@ -35,7 +35,7 @@ speculators asked in turn where the ones before abstain, each under the governor
 
 An executor runs on the pipeline ``agentspec run`` runs on: the environment and the tasks given to it are a bench
 (:class:`~agentspec.bench.user_tasks.UserTasks`), its endpoints are opened by
-:func:`~agentspec.bench.roles.open_roles`, and each task is one job of :func:`agentspec.batch.run_mode`, with the
+:func:`~agentspec.roles.open_roles`, and each task is one job of :func:`agentspec.batch.run_mode`, with the
 same run log, resume, cassette, governor and results.  :func:`run` runs a :class:`RunSpec`; the command line's
 ``run`` is that function.
 """
@@ -57,7 +57,6 @@ from agentspec.assembly import ModeResult, Outcome, mode_governor
 from agentspec.batch import LocalStrategy, ModeRun, job_key, run_mode
 from agentspec.bench.episode import Episode, LoggedEpisode
 from agentspec.bench.protocol import Bench
-from agentspec.bench.roles import GivenRole, OpenRoles, PolicyMaker, open_roles
 from agentspec.bench.user_tasks import DEFAULT_PROMPT, UserTasks, task_key
 from agentspec.env import Environment, StateSnapshot, ToolkitEnvironment
 from agentspec.errors import ConfigError
@@ -65,6 +64,7 @@ from agentspec.learned_speculator.runs import model_at
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelConfig
 from agentspec.results import Results
+from agentspec.roles import GivenRole, OpenRoles, PolicyMaker, open_roles
 from agentspec.run_spec import RunSpec, SporkSettings, learned_speculator
 from agentspec.runtime.config import MacroCommit, SporkConfig
 from agentspec.runtime.executor import CommittedStep, ExecutionResult

@@ -9,7 +9,7 @@ Layers, each usable alone:
 
 * :func:`build_loop` makes the :class:`~agentspec.runtime.executor.ExecutionLoop` for one task from a spec and
   the parts (backend, policies, prober, user): the only place an executor is constructed;
-* :func:`episode_parts` chooses the parts from the spec and the bench (oracle or model authority, noisy or
+* :func:`assemble` chooses one episode's parts from the spec and the bench (oracle or model authority, noisy or
   model speculator, simulated latency, SPORK's prober, normal mode's user);
 * :func:`run_episode` plays and scores one task.
 
@@ -30,17 +30,16 @@ from agentspec.bench.episode import Episode, LoggedEpisode
 from agentspec.bench.protocol import Bench, ModeFigures, RecordedRuns, has_user, solo_calls, user_of
 from agentspec.bench.registry import bench_data as registry_bench_data
 from agentspec.bench.registry import bench_names, shipped_macros
-from agentspec.bench.roles import PolicyMaker
 from agentspec.errors import AgentSpecError, ConfigError
 from agentspec.learned_speculator.artifact import load as load_speculator
 from agentspec.learned_speculator.online import OnlineLearner
-from agentspec.learned_speculator.policy import LearnedSpeculator
 from agentspec.learned_speculator.runs import episode_speculator, fitted_for
 from agentspec.learned_speculator.trajectories import task_text
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
 from agentspec.models.cassette import ReplayMiss
 from agentspec.results import Results, summarize
+from agentspec.roles import PolicyMaker
 from agentspec.run_spec import RunSpec, learned_speculator
 from agentspec.runtime.config import ExecutorConfig, SporkConfig
 from agentspec.runtime.conversation import User, scripted_turns, steps_trajectory
@@ -50,7 +49,7 @@ from agentspec.runtime.governor.panel import SpeculatorPanel
 from agentspec.runtime.governor.rule import Governor
 from agentspec.runtime.latency import LatencyModel
 from agentspec.runtime.metrics import ExecutionMetrics
-from agentspec.runtime.modes import Mode
+from agentspec.runtime.modes import Mode, noisy_oracle_p
 from agentspec.runtime.policies.llm import LLMPolicy
 from agentspec.runtime.policies.protocol import Policy
 from agentspec.runtime.policies.scripted import DONE, NoisyOracleSpeculator, OracleAuthority
@@ -201,48 +200,6 @@ def mode_governor(spec: RunSpec, mode: Mode) -> Governor | None:
     return Governor(speculator_names(spec), config)
 
 
-def govern(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: Mapping[str, ModelClient], parts: Parts,
-           governor: Governor | None, *, solo: bool, distractors: Sequence[ToolCall] | None = None,
-           trial: int = 0, policies: Mapping[str, Policy | PolicyMaker] | None = None) -> Parts:
-    """``parts`` with its speculator made a :class:`SpeculatorPanel` of the spec's speculators, in order (each
-    further one built as :func:`episode_parts` builds the first), under ``governor``.  Unchanged when there is
-    nothing to govern or combine."""
-    if not mode.speculates or parts.speculator is None or (governor is None and not spec.more_speculators):
-        return parts
-    names = speculator_names(spec)
-    members: list[tuple[str, Policy]] = [(names[0], parts.speculator)]
-    for i, model in enumerate(spec.more_speculators, 2):
-        alone = spec.model_copy(update={"speculator_model": model, "speculator_base_url": None, "more_speculators": []})
-        role = f"speculator{i}"
-        own = {**clients, "speculator": clients[role]} if role in clients else clients
-        given = {**(policies or {})}
-        given.pop("speculator", None)
-        if role in given:
-            given["speculator"] = given[role]
-        own_parts = episode_parts(alone, mode, bench, task, own, solo=solo, distractors=distractors, trial=trial,
-                                  policies=given)
-        assert own_parts.speculator is not None
-        members.append((names[i - 1], own_parts.speculator))
-        parts.on_backend.extend(own_parts.on_backend)  # a further learned speculator looks ahead too
-    parts.speculator, parts.governor = SpeculatorPanel(members, governor), governor
-    return parts
-
-
-def assemble(spec: RunSpec, mode: Mode, bench: Bench[Any], job: tuple[Any, int], clients: Mapping[str, ModelClient],
-             *, solo: bool, distractors: Sequence[ToolCall] | None = None, governor: Governor | None = None,
-             learner: OnlineLearner | None = None, policies: Mapping[str, Policy | PolicyMaker] | None = None) -> Parts:
-    """One episode's parts, whole: :func:`episode_parts` for the job (a task and its trial), the learned speculator
-    answering from ``learner``'s tables when the mode learns online, and every speculator under ``governor``
-    (:func:`govern`)."""
-    task, trial = job
-    parts = episode_parts(spec, mode, bench, task, clients, solo=solo, distractors=distractors, trial=trial,
-                          policies=policies)
-    if learner is not None and isinstance(parts.speculator, LearnedSpeculator):
-        parts.speculator.model = learner.model  # this run's tables, updated as its tasks finish
-    return govern(spec, mode, bench, task, clients, parts, governor, solo=solo, distractors=distractors, trial=trial,
-                  policies=policies)
-
-
 def macros_path(spec: RunSpec) -> str | None:
     """The library smc uses: ``spec.macros``, else the bench's shipped one when a mode is smc."""
     uses = any(m.base == "smc" for m in spec.modes)
@@ -287,12 +244,16 @@ def given_policy(spec: RunSpec, given: Policy | PolicyMaker, role: Role, client:
     return policy
 
 
-def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: Mapping[str, ModelClient],
-                  *, solo: bool, distractors: Sequence[ToolCall] | None = None, trial: int = 0,
-                  policies: Mapping[str, Policy | PolicyMaker] | None = None) -> Parts:
-    """Authority, speculator, prober and user for ``task`` (its ``trial``) in ``mode``, as the spec says.
-    ``distractors``: the bench's, read once for a whole run by the caller (asked of the bench when not given);
-    ``policies``: roles given as policies of your own (:attr:`~agentspec.bench.roles.OpenRoles.policies`)."""
+def assemble(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clients: Mapping[str, ModelClient],
+             *, solo: bool, distractors: Sequence[ToolCall] | None = None, trial: int = 0,
+             policies: Mapping[str, Policy | PolicyMaker] | None = None, governor: Governor | None = None,
+             learner: OnlineLearner | None = None) -> Parts:
+    """One episode's parts, whole: authority, speculators, prober and user for ``task`` (its ``trial``) in
+    ``mode``, as the spec says.  ``distractors``: the bench's, read once for a whole run by the caller (asked of
+    the bench when not given); ``policies``: roles given as policies of your own
+    (:attr:`~agentspec.roles.OpenRoles.policies`); ``governor``: the mode's, which the speculators (the spec's
+    first and each further one, in the order they are asked) then run under as one :class:`SpeculatorPanel`;
+    ``learner``: the mode's online learner, whose tables the first learned speculator answers from."""
     policies = policies or {}
     prompt = bench.system_prompt(task, solo=solo) + (f"\n\n{spec.instructions}" if spec.instructions else "")
     tools = bench.tools(task, solo=solo)
@@ -319,22 +280,33 @@ def episode_parts(spec: RunSpec, mode: Mode, bench: Bench[Any], task: Any, clien
         if replayed:
             authority = SimulatedLatency(model, simulated, "authority", spec.spork.probe_every)
     parts = Parts(authority, recorded=recorded)
-    if mode.speculates:
-        if spec.learned_path is not None:
+
+    def speculator(named: str | None, role: str) -> Policy:
+        """The speculator ``named`` (a ``--speculator-model`` value) in ``role`` (``speculator``, ``speculatorN``)."""
+        learned = learned_speculator(named)
+        if learned is not None:
             # Fitted tables, no model: only its measured predict time and its look-ahead calls take clock time.
-            learned, hook = episode_speculator(spec.learned_path, bench, task, latency=spec.latency,
-                                               virtual=spec.virtual_clock, seed=spec.seed, width=max(3, spec.spec_width),
-                                               solo=solo)
-            parts.speculator = learned
+            fitted, hook = episode_speculator(learned, bench, task, latency=spec.latency, virtual=spec.virtual_clock,
+                                              seed=spec.seed, width=max(3, spec.spec_width), solo=solo)
+            if learner is not None and role == "speculator":
+                fitted.model = learner.model  # this run's tables, updated as its tasks finish
             parts.on_backend.append(hook)
-        elif "speculator" in policies:
-            parts.speculator = given_policy(spec, policies["speculator"], "speculator", clients.get("speculator"), task)
-        elif spec.noisy_p is not None:
-            noisy = NoisyOracleSpeculator(gold, spec.noisy_p, distractors, task_id=task.id, seed=spec.seed)
-            parts.speculator = SimulatedLatency(noisy, simulated, "speculator")
-        else:
-            speculator = model_policy(spec, clients["speculator"], prompt, tools, solo=solo, role="speculator")
-            parts.speculator = SimulatedLatency(speculator, simulated, "speculator") if replayed else speculator
+            return fitted
+        if role in policies:
+            return given_policy(spec, policies[role], "speculator", clients.get(role), task)
+        p = noisy_oracle_p(named)
+        if p is not None:
+            noisy = NoisyOracleSpeculator(gold, p, distractors, task_id=task.id, seed=spec.seed)
+            return SimulatedLatency(noisy, simulated, "speculator")
+        made = model_policy(spec, clients[role], prompt, tools, solo=solo, role="speculator")
+        return SimulatedLatency(made, simulated, "speculator") if replayed else made
+
+    if mode.speculates:
+        parts.speculator = speculator(spec.speculator_model, "speculator")
+        if governor is not None or spec.more_speculators:
+            further = [speculator(named, f"speculator{i}") for i, named in enumerate(spec.more_speculators, 2)]
+            members = list(zip(speculator_names(spec), [parts.speculator, *further], strict=True))
+            parts.speculator, parts.governor = SpeculatorPanel(members, governor), governor
     if mode.spork:
         if "agent" in policies and model is None:
             raise ConfigError("SPORK probes the authority's own endpoint: give the authority as a ModelConfig")

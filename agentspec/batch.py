@@ -27,7 +27,6 @@ from typing import Any, Protocol, cast
 from agentspec.assembly import assemble, is_solo, learn_from, macros_path, run_episode
 from agentspec.bench.episode import Episode, LoggedEpisode
 from agentspec.bench.protocol import Bench
-from agentspec.bench.roles import PolicyMaker
 from agentspec.bench.runner import run_jobs
 from agentspec.data import sha256_file
 from agentspec.errors import ConfigError
@@ -36,6 +35,7 @@ from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
 from agentspec.models.cassette import FILE as CASSETTE_FILE
 from agentspec.results import results_file
+from agentspec.roles import PolicyMaker
 from agentspec.run_spec import RunSpec, learned_speculator
 from agentspec.runtime.governor.rule import Governor
 from agentspec.runtime.modes import Mode
@@ -156,8 +156,8 @@ class ModeRun:
         of it unfinished); ``governor``/``learner``: the mode's, when it has them; ``policies``: roles given as
         policies of your own."""
         task, _ = job
-        parts = assemble(self.spec, self.mode, self.bench, job, clients, solo=self.solo, distractors=self.distractors,
-                         governor=governor, learner=learner, policies=policies)
+        parts = assemble(self.spec, self.mode, self.bench, task, clients, solo=self.solo, distractors=self.distractors,
+                         trial=job[1], policies=policies, governor=governor, learner=learner)
         episode = await run_episode(self.spec, self.mode, self.bench, task, parts, trial=job[1], macros=self.macros,
                                     log=log, resumed=resumed)
         if learner is not None:

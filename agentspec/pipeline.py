@@ -37,12 +37,12 @@ from agentspec.assembly import (
 from agentspec.batch import Job, LocalStrategy, ModeRun, Strategy, prior_log, run_mode
 from agentspec.bench.protocol import Bench, has_user
 from agentspec.bench.registry import open_bench
-from agentspec.bench.roles import open_roles, settle_hints
 from agentspec.data import unverified_data
 from agentspec.errors import ConfigError
 from agentspec.learned_speculator.online import OnlineLearner
 from agentspec.macros import MacroLibrary
 from agentspec.models import ModelClient
+from agentspec.roles import open_roles, settle_hints
 from agentspec.run_spec import RunSpec
 from agentspec.runtime.governor.rule import Governor
 from agentspec.runtime.runlog.lock import locked_out

@@ -30,9 +30,9 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentspec.assembly import episode_parts  # noqa: E402
+from agentspec.assembly import assemble  # noqa: E402
 from agentspec.bench.registry import open_bench  # noqa: E402
-from agentspec.bench.roles import open_roles  # noqa: E402
+from agentspec.roles import open_roles  # noqa: E402
 from agentspec.run_spec import RunSpec  # noqa: E402
 from agentspec.runtime.policies.protocol import Decision, Policy, PredictedHistory  # noqa: E402
 
@@ -75,7 +75,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     # Both are local models, served by one child `agentspec serve --decoder toolspec` (or the --base-url one); the
     # environment's model endpoints do not apply.
     async with open_roles(spec, server=args.base_url, env={}) as roles:
-        parts = episode_parts(roles.spec, spec.modes[0], bench, task, roles.clients, solo=True)
+        parts = assemble(roles.spec, spec.modes[0], bench, task, roles.clients, solo=True)
         authority, speculator = parts.authority, parts.speculator
         assert speculator is not None
         warm = [await timed(authority, []), await timed(speculator, [])]  # prefills the prompt once

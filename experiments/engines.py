@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bfcl_speed import DATA, gorilla_schema, load_questions
 from real_speculator import agentspec_run
 
-from agentspec.bench.roles import open_roles
+from agentspec.roles import open_roles
 from agentspec.run_spec import RunSpec
 from agentspec.types import Message, ToolSpec
 

@@ -32,10 +32,10 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentspec.assembly import episode_parts, govern, load_macros, mode_governor, run_episode  # noqa: E402
+from agentspec.assembly import assemble, load_macros, mode_governor, run_episode  # noqa: E402
 from agentspec.bench.registry import open_bench  # noqa: E402
-from agentspec.bench.roles import open_roles  # noqa: E402
 from agentspec.models import ModelClient  # noqa: E402
+from agentspec.roles import open_roles  # noqa: E402
 from agentspec.run_spec import RunSpec  # noqa: E402
 from agentspec.runtime.governor.rule import Governor  # noqa: E402
 from agentspec.runtime.latency import LatencyModel, ToolLatency  # noqa: E402
@@ -65,8 +65,7 @@ async def play(spec: RunSpec, bench: Any, task: Any, clients: dict[str, ModelCli
                governor: Governor | None = None) -> dict[str, Any]:
     """One episode of ``spec``'s mode, its speculators under ``governor`` (the mode's, shared by its tasks)."""
     mode = spec.modes[0]
-    parts = episode_parts(spec, mode, bench, task, clients, solo=True)
-    parts = govern(spec, mode, bench, task, clients, parts, governor, solo=True)
+    parts = assemble(spec, mode, bench, task, clients, solo=True, governor=governor)
     episode = await run_episode(spec, mode, bench, task, parts, macros=macros)
     record = episode.record()
     execution = record.get("execution") or {}

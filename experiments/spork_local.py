@@ -34,10 +34,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentspec.assembly import episode_parts, run_episode  # noqa: E402
+from agentspec.assembly import assemble, run_episode  # noqa: E402
 from agentspec.bench.registry import open_bench  # noqa: E402
-from agentspec.bench.roles import open_roles  # noqa: E402
 from agentspec.models import ModelClient  # noqa: E402
+from agentspec.roles import open_roles  # noqa: E402
 from agentspec.run_spec import RunSpec, SporkSettings  # noqa: E402
 from agentspec.runtime.latency import LatencyModel, ToolLatency  # noqa: E402
 from agentspec.stats import percentile  # noqa: E402
@@ -61,7 +61,7 @@ async def episode(bench: Any, task: Any, client: ModelClient, args: argparse.Nam
                             probe_tokens=args.probe_tokens),
     )
     mode = spec.modes[0]
-    parts = episode_parts(spec, mode, bench, task, {"agent": client}, solo=True)
+    parts = assemble(spec, mode, bench, task, {"agent": client}, solo=True)
     result = await run_episode(spec, mode, bench, task, parts)
     record = result.record()
     execution = record.get("execution") or {}

@@ -6,7 +6,9 @@ results the conversation holds, so the SDK's own ``Runner`` and the adapter get 
 from __future__ import annotations
 
 import json
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -45,7 +47,14 @@ def _call(name: str, **arguments: Any) -> dict[str, Any]:
 
 
 def _tool_results(request: dict[str, Any]) -> list[str]:
-    return [str(m.get("content")) for m in request["messages"] if m["role"] == "tool"]
+    """Each tool message's text as a model reads it (a message of content parts: their texts, one per line)."""
+    return [_text(m.get("content")) for m in request["messages"] if m["role"] == "tool"]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text")) for part in content if part.get("type") == "text")
+    return str(content)
 
 
 def agent_model(request: dict[str, Any]) -> dict[str, Any]:
@@ -226,7 +235,6 @@ REFUSED: dict[str, dict[str, Any]] = {
     "handoffs": {"handoffs": [Agent(name="other")]},
     "input guardrails": {"input_guardrails": [InputGuardrail(guardrail_function=_no_guardrail)]},
     "output guardrails": {"output_guardrails": [OutputGuardrail(guardrail_function=_no_guardrail)]},
-    "MCP servers": {"mcp_servers": [object()]},
     "output_type Answer": {"output_type": Answer},
     "output_type AgentOutputSchema": {"output_type": AgentOutputSchema(Answer)},
     "hosted tool 'web_search'": {"tools": [WebSearchTool()]},
@@ -284,3 +292,80 @@ def test_the_readmes_sdk_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: p
     assert out == "Rome is warmer. ['sa', 'sa']"
     assert f"It prints `{out}`" in page.read_text(encoding="utf-8")
     assert {t["function"]["name"] for t in authority[0]["tools"]} == {"weather"}  # the agent's tools, no `done`
+
+
+# --------------------------------------------------------------------------- the agent's MCP servers
+
+NOTES_SERVER = Path(__file__).resolve().parent / "servers" / "notes_server.py"
+MCP_TASK = "Note 'buy milk' and tell me what notes there are."
+
+
+def notes_model(request: dict[str, Any]) -> dict[str, Any]:
+    """The agent's model over the notes server: list, add, list again, answer with what the last list said."""
+    seen = _tool_results(request)
+    steps = [_call("list_notes"), {"name": "add_note", "arguments": {"text": "buy milk", "name": "milk"}}, _call("list_notes")]
+    reply = {"content": None, "tool_calls": [steps[len(seen)]]} if len(seen) < len(steps) else {"content": seen[-1]}
+    return {**reply, "delay_s": 0.1}
+
+
+def notes_speculator(request: dict[str, Any]) -> dict[str, Any]:
+    seen = _tool_results(request)
+    return {"content": None, "tool_calls": [_call("list_notes")]} if len(seen) != 1 else {"content": "no guess"}
+
+
+async def _with_notes(root: Path, play: Any) -> Any:
+    """``play(server)`` with the notes server over ``root`` connected as the SDK's stdio MCP server."""
+    from agents.mcp import MCPServerStdio
+
+    async with MCPServerStdio(params={"command": sys.executable, "args": [str(NOTES_SERVER), str(root)]}) as server:
+        return await play(server)
+
+
+def _notes_agent(server: Any, base_url: str) -> Agent[Any]:
+    model = OpenAIChatCompletionsModel(model="scripted-model", openai_client=AsyncOpenAI(base_url=base_url,
+                                                                                         api_key="test"))
+    return Agent(name="notes", instructions="You keep the user's notes.", mcp_servers=[server], model=model)
+
+
+def test_an_agents_mcp_servers_tools_run_as_the_sdk_runs_them(tmp_path: Path) -> None:
+    with ScriptedOpenAIServer(notes_model) as srv:
+
+        async def by_sdk(server: Any) -> Any:
+            agent = _notes_agent(server, srv.base_url)
+            try:
+                return await Runner.run(agent, MCP_TASK, run_config=RunConfig(tracing_disabled=True))
+            finally:
+                assert isinstance(agent.model, OpenAIChatCompletionsModel)
+                await agent.model._client.close()
+
+        sdk = anyio.run(_with_notes, tmp_path / "sdk", by_sdk)
+        sdk_requests, srv.requests[:] = list(srv.requests), []
+
+        async def by_us(server: Any) -> Any:
+            return await AgentExecutor(_notes_agent(server, srv.base_url), mode="sequential").run(MCP_TASK)
+
+        ours = anyio.run(_with_notes, tmp_path / "ours", by_us)
+        ours_requests = list(srv.requests)
+    assert [(s.call.name, s.call.arguments) for s in ours.steps] == _sdk_calls(sdk_requests)
+    assert ours.final_output == sdk.final_output and "milk" in ours.final_output
+    assert _tool_results(ours_requests[-1]) == _tool_results(sdk_requests[-1])
+    assert (tmp_path / "ours" / "milk.note").read_text() == (tmp_path / "sdk" / "milk.note").read_text() == "buy milk"
+    # A server's tools are external unless declared: no read ran in a fork, and the write ran once.
+    assert [s.source for s in ours.steps] == ["authority"] * 3
+
+
+def test_an_mcp_tool_declared_read_only_is_speculated_and_the_write_runs_once(tmp_path: Path) -> None:
+    with ScriptedOpenAIServer(notes_model) as srv, ScriptedOpenAIServer(notes_speculator) as spec_srv:
+
+        async def by_us(server: Any) -> Any:
+            executor = AgentExecutor(_notes_agent(server, srv.base_url), mode="sa", effects={"list_notes": "read_only"},
+                                     speculator=ModelConfig(base_url=spec_srv.base_url, model="scripted-model"))
+            return await executor.run(MCP_TASK)
+
+        ours = anyio.run(_with_notes, tmp_path, by_us)
+    assert [s.call.name for s in ours.steps] == ["list_notes", "add_note", "list_notes"]
+    assert "sa" in [s.source for s in ours.steps]  # a read committed from the speculator's fork
+    assert (tmp_path / "milk.note").read_text() == "buy milk" and "milk" in ours.final_output
+    with pytest.raises(ConfigError, match="does not have: no_such_tool"):
+        anyio.run(_with_notes, tmp_path, lambda server: AgentExecutor(
+            _notes_agent(server, srv.base_url), effects={"no_such_tool": "read_only"}, mode="sequential").run(MCP_TASK))

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from scripted_openai_server import ScriptedFailure, ScriptedOpenAIServer
 
-from agentspec.bench.roles import plan_roles
 from agentspec.cli import build_parser, main
 from agentspec.errors import ConfigError
+from agentspec.roles import plan_roles
 from agentspec.run_spec import RunSpec
 
 AIRPLANE = "[service_issue]airplane_mode_on[PERSONA:None]"

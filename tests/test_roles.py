@@ -1,4 +1,4 @@
-"""One way to open a run's roles: :func:`agentspec.bench.roles.open_roles` (run, mine, the Ray worker, the
+"""One way to open a run's roles: :func:`agentspec.roles.open_roles` (run, mine, the Ray worker, the
 experiments), from a :class:`RunSpec` only.  Endpoints are real HTTP servers on 127.0.0.1."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import anyio
 import pytest
 from scripted_openai_server import ScriptedOpenAIServer
 
-from agentspec.bench.roles import REPLAY_URL, OpenRoles, open_roles, plan_roles, run_roles
 from agentspec.errors import ConfigError
 from agentspec.models import embedded
 from agentspec.models.cassette import Cassette
+from agentspec.roles import REPLAY_URL, OpenRoles, open_roles, plan_roles, run_roles
 from agentspec.run_spec import RunSpec
 
 LOCAL = "qwen2.5-coder-0.5b"

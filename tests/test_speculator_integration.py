@@ -308,15 +308,14 @@ def test_learn_online_refuses_trials_and_resume(tau2_dir, tau2_speculator, tmp_p
 
 def test_a_further_learned_speculator_gets_its_file_and_its_lookahead(bench, tau2_speculator) -> None:
     from agentspec import RunSpec
-    from agentspec.assembly import episode_parts, govern, mode_governor, resolve_learned
+    from agentspec.assembly import assemble, mode_governor, resolve_learned
     from agentspec.learned_speculator.runs import model_at
 
     learned = f"learned:{tau2_speculator}"
     spec = RunSpec.of(bench="tau2-telecom", agent="oracle", solo=True, modes="sa", speculator_model=learned,
                       more_speculators=[learned], latency_model="smc-paper")
     mode, task = spec.modes[0], bench.tasks("test", limit=1)[0]
-    parts = episode_parts(spec, mode, bench, task, {}, solo=True)
-    parts = govern(spec, mode, bench, task, {}, parts, mode_governor(spec, mode), solo=True)
+    parts = assemble(spec, mode, bench, task, {}, solo=True, governor=mode_governor(spec, mode))
     assert len(parts.on_backend) == 2  # each learned member's look-ahead is attached to the episode's backend
     assert resolve_learned(spec, bench) == spec  # nothing plain to fit
     with pytest.raises(ConfigError, match="needs its file"):

@@ -70,7 +70,7 @@ def episode_resources(spec: RunSpec, bench: Bench[Any]) -> dict[str, Any]:
 def check_spec(spec: RunSpec, solo: bool) -> None:
     """Refuse what a cluster run cannot do: ConfigError saying what to do instead (``solo``: whether the run
     plays without a user simulator, as it decided)."""
-    from agentspec.bench.roles import plan_roles, run_roles
+    from agentspec.roles import plan_roles, run_roles
 
     if spec.record:
         raise ConfigError("--record writes one recording from one process: record without --ray, then replay with it")

@@ -139,9 +139,9 @@ async def _play(run: ModeRun, job: EpisodeJob, clients: dict[str, ModelClient]) 
 
 @asynccontextmanager
 async def _roles(spec: RunSpec, solo: bool) -> AsyncIterator[dict[str, ModelClient]]:
-    """The role clients on this worker (:func:`~agentspec.bench.roles.open_roles`): model endpoints (checked by
+    """The role clients on this worker (:func:`~agentspec.roles.open_roles`): model endpoints (checked by
     the driver: none is served embedded), or the cassette being replayed (read only when a role needs it)."""
-    from agentspec.bench.roles import open_roles, plan_roles, run_roles
+    from agentspec.roles import open_roles, plan_roles, run_roles
 
     if not plan_roles(spec, run_roles(spec, solo)):
         yield {}

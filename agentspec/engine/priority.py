@@ -2,7 +2,7 @@
 
 The ``priority`` field is vLLM's: lower is served first, 0 is the default.
 On a CPU the models of one server share the cores, so an agent's speculator
-(priority 1, :data:`agentspec.bench.roles.SPECULATOR_PRIORITY`) decoding beside
+(priority 1, :data:`agentspec.roles.SPECULATOR_PRIORITY`) decoding beside
 its authority makes every authority decision slower: measured on two cores,
 0.94 s per decision, and sa at 0.82x of sequential.  With the gate, a
 background request (priority above 0) runs only while no request of a better

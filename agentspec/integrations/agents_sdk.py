@@ -26,13 +26,17 @@ What maps to what:
   ``base_url``/``api_key`` given here, or else those of its :class:`~agents.OpenAIChatCompletionsModel`'s client or of
   the SDK's default client (``set_default_openai_client``); the authority may answer with text, which ends the run
   as the SDK's final output, as the SDK's own loop does;
+* its MCP servers (connected by the caller, as for ``Runner.run``): their tools, listed once per run with the
+  SDK's own conversion (:meth:`agents.Agent.get_all_tools`), join the function tools and run through the same
+  invoke path; a server's ``readOnlyHint`` is its word about itself, so its tools are ``external`` unless
+  ``effects`` declares them;
 * effects: a tool declares one with :func:`effect` (on the function tool or on its function) or in
   ``effects={"name": "read_only"}``.  Its state lives in the user's closures, which no fork can copy, so only
   ``read_only`` tools ever run speculatively; every other tool, and a tool with no declared effect, is ``external``
   (run only when the authority makes that very call), the rules of :class:`agentspec.api.FunctionEnvironment`.
 
 Refused, each with one :class:`~agentspec.errors.ConfigError` line naming it: handoffs, input and output
-guardrails, MCP servers, hosted (non-function) tools, an ``output_type`` other than ``str``, tool guardrails, tool
+guardrails, hosted (non-function) tools, an ``output_type`` other than ``str``, tool guardrails, tool
 approval, a ``tool_use_behavior`` other than ``"run_llm_again"``, a ``tool_choice`` other than ``"auto"``, agent
 hooks, prompt templates, a tool whose ``is_enabled`` is a function, a model other than a chat-completions one.
 """
@@ -57,11 +61,11 @@ from openai.types.responses import ResponseFunctionToolCall
 
 from agentspec.api import Executor, FunctionEnvironment, RunResult, Speculator
 from agentspec.bench.protocol import DONE
-from agentspec.bench.roles import PolicyMaker
 from agentspec.env import Environment
 from agentspec.errors import ConfigError
 from agentspec.models import ModelClient, ModelConfig
 from agentspec.models.result import ChatResult
+from agentspec.roles import PolicyMaker
 from agentspec.runtime.policies.llm import LLMPolicy, step_messages
 from agentspec.runtime.policies.protocol import Decision, History, Policy
 from agentspec.snapshot import InProcessBackend, InProcessSandbox
@@ -101,7 +105,6 @@ def check_supported(agent: Agent[Any]) -> None:
         (bool(agent.handoffs), "handoffs"),
         (bool(agent.input_guardrails), "input guardrails"),
         (bool(agent.output_guardrails), "output guardrails"),
-        (bool(agent.mcp_servers), "MCP servers on the agent"),
         (agent.output_type not in (None, str), f"output_type {_name(agent.output_type)} (only str)"),
         (agent.hooks is not None, "agent hooks"),
         (agent.prompt is not None, "prompt templates (Agent.prompt)"),
@@ -201,13 +204,29 @@ class SdkToolsEnvironment(FunctionEnvironment):
     def __init__(self, agent: Agent[Any], effects: Mapping[str, Effect | str] | None = None,
                  context: Any = None) -> None:
         self.agent, self.context = agent, context
-        self.tools = {t.name: t for t in agent.tools if isinstance(t, FunctionTool) and t.is_enabled is not False}
-        unknown = sorted(set(effects or {}) - set(self.tools))
-        if unknown:
-            raise ConfigError(f"effects name tools agent {agent.name!r} does not have: {', '.join(unknown)}")
+        self.effects = dict(effects or {})
         self.functions = {}  # FunctionEnvironment's plain functions: none, execute runs the SDK's tools
+        self._use([t for t in agent.tools if isinstance(t, FunctionTool) and t.is_enabled is not False],
+                  final=not agent.mcp_servers)
+
+    async def load(self) -> None:
+        """The agent's tools as the SDK's loop sees them for a run: its function tools and its MCP servers' tools
+        (listed now, converted by the SDK), each checked as the adapter checks a function tool."""
+        if not self.agent.mcp_servers:
+            return
+        listed = await self.agent.get_all_tools(RunContextWrapper(self.context))
+        for sdk_tool in listed:
+            _check_tool(self.agent, sdk_tool)
+        self._use([t for t in listed if isinstance(t, FunctionTool)], final=True)
+
+    def _use(self, tools: Sequence[FunctionTool], *, final: bool) -> None:
+        """Offer ``tools``; ``final``: every tool is known now, so an effect naming none of them is refused."""
+        self.tools = {t.name: t for t in tools}
+        unknown = sorted(set(self.effects) - set(self.tools))
+        if unknown and final:
+            raise ConfigError(f"effects name tools agent {self.agent.name!r} does not have: {', '.join(unknown)}")
         self.specs = {name: ToolSpec(name=name, description=t.description, parameters=t.params_json_schema,
-                                     effect=_declared(t, (effects or {}).get(name)))
+                                     effect=_declared(t, self.effects.get(name)))
                       for name, t in self.tools.items()}
 
     def execute(self, call: ToolCall, requestor: Requestor = "assistant") -> Observation:
@@ -236,9 +255,18 @@ class SdkToolsEnvironment(FunctionEnvironment):
         raw = ResponseFunctionToolCall(arguments=arguments, call_id=call.id, name=sdk_tool.name, type="function_call")
         item = ItemHelpers.tool_call_output_item(raw, output, output_json_schema=sdk_tool.output_json_schema,
                                                  output_type_adapter=sdk_tool._output_type_adapter)
-        text = item["output"]
-        # Structured outputs (images, files) are content parts in the SDK's request; here they are their JSON.
-        return text if isinstance(text, str) else json.dumps(text)
+        return _as_text(item["output"])
+
+
+def _as_text(output: Any) -> str:
+    """A tool output as the text a model reads.  The SDK sends a list of content parts (an MCP tool's result) as
+    the tool message's parts; text parts read as their texts, one per line, as an OpenAI-compatible server renders
+    a message's parts.  Other parts (images, files) are kept as their JSON."""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list) and all(isinstance(part, dict) and part.get("type") == "input_text" for part in output):
+        return "\n".join(str(part.get("text", "")) for part in output)
+    return json.dumps(output)
 
 
 class SdkToolsBackend(InProcessBackend):
@@ -301,6 +329,7 @@ class AgentExecutor(Executor):
         ``authority`` where it ran live, otherwise committed from a fork), ``answer`` and ``final_output`` (both the
         model's final text), the executor's ``result`` and ``metrics``."""
         self._instructions = await self.agent.get_system_prompt(RunContextWrapper(self.context))
+        await self.environment.load()
         self._task = task
         self.bench.system_prompt_text = self._instructions or ""  # what a model speculator reads, before the task
         ran = await super().run(task, task_id=task_id)

@@ -35,7 +35,6 @@ import anyio
 
 from agentspec.assembly import model_policy
 from agentspec.bench.registry import open_bench
-from agentspec.bench.roles import open_roles
 from agentspec.cli.commands.speculator import prepare_replay
 from agentspec.cli.flags import bench_options
 from agentspec.cli.mine import DEFAULT_TEMPERATURE
@@ -54,6 +53,7 @@ from agentspec.mining.labelling import (
     training_states,
 )
 from agentspec.normalize import Normalizer, patterns_from_table
+from agentspec.roles import open_roles
 from agentspec.run_spec import RunSpec, learned_speculator
 from agentspec.runtime.modes import noisy_oracle_p
 from agentspec.runtime.policies.protocol import Policy

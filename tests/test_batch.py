@@ -114,7 +114,7 @@ def test_a_worker_plays_a_job_as_the_local_batch_does_and_a_retry_reads_its_part
 
 
 def test_a_worker_opens_its_loop_and_roles_once_per_mode(bench, tau2_dir, tmp_path):
-    from agentspec.cluster.worker import shared_run
+    from agentspec.cluster.worker import close_loops, shared_run
 
     spec = RunSpec.of(**{**BASE, "limit": 2}, data_dir=str(tau2_dir))
     first, second = bench.tasks("small", None, 2)
@@ -125,7 +125,15 @@ def test_a_worker_opens_its_loop_and_roles_once_per_mode(bench, tau2_dir, tmp_pa
     assert all(isinstance(e, Episode) and e.error is None for e in played)
     assert shared_run([batch])[1] is loop and not loop.closed  # the same loop and clients for both episodes
     other = ModeRun.of(spec, spec.modes[0], bench)  # the next mode's batch: the previous loop is stopped
-    assert shared_run([other])[1] is not loop and loop.closed
+    _, last = shared_run([other])
+    assert last is not loop and loop.closed
+    close_loops()  # what the worker process does at exit (atexit), while the loop's thread can still stop
+    assert last.closed
+    _, interrupted = shared_run([other])  # an episode interrupted by the driver stops its loop, cancelling it
+    interrupted.close(cancel=True)
+    assert interrupted.closed
+    with pytest.raises(RuntimeError, match="not running"):
+        interrupted.portal.call(anyio.sleep, 0)
 
 
 def test_the_virtual_clock_jumps_and_the_wall_clock_waits():

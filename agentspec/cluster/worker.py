@@ -9,6 +9,7 @@ without a cluster.  It imports nothing from Ray except, to fetch the shared batc
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -74,13 +75,26 @@ class WorkerLoop:
     def close(self, *, cancel: bool = False) -> None:
         """Stop the loop (``cancel``: cancelling what still runs on it) and close the clients."""
         self.closed = True
-        if cancel:
-            with suppress(RuntimeError):  # already stopped
-                self.portal.call(self.portal.stop, True)
-        self._stack.close()
+        if not cancel:
+            self._stack.close()
+            return
+        with suppress(RuntimeError):  # already stopped
+            self.portal.call(self.portal.stop, True)
+        with suppress(RuntimeError):  # a stopped portal runs nothing more: the clients' exit cannot run on it
+            self._stack.close()
 
 
 _SHARED: dict[str, tuple[ModeRun, WorkerLoop]] = {}  # per worker process: one mode's batch, fetched once, and its loop
+
+
+@atexit.register
+def close_loops() -> None:
+    """Stop this process's loop while its thread can still run: left to the interpreter's last collection, the
+    portal's stop would wait forever on a thread the interpreter has already frozen."""
+    for _, loop in _SHARED.values():
+        if not loop.closed:
+            loop.close()
+    _SHARED.clear()
 
 
 def shared_run(holder: list[Any]) -> tuple[ModeRun, WorkerLoop]:

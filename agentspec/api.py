@@ -244,6 +244,11 @@ class Executor:
         self._episodes: list[Episode | LoggedEpisode] = []
         self._wall_s = 0.0
 
+    @property
+    def opened(self) -> bool:
+        """Whether the executor is open (inside ``async with``): its endpoints are, and its folder is held."""
+        return self._roles is not None
+
     async def __aenter__(self) -> Self:
         if self._stack is not None:
             raise ConfigError("this Executor is already open: open it once, then run each task inside")
@@ -277,9 +282,14 @@ class Executor:
         ``task_id``, by default a hash of the whole task text.  A failure of the episode (a model's malformed
         output, a dead endpoint) is raised.
         """
-        if self._roles is None:
+        if not self.opened:
             async with self:
-                return await self.run(task, task_id=task_id)
+                return await self._play(task, task_id)
+        return await self._play(task, task_id)
+
+    async def _play(self, task: str, task_id: str | None) -> RunResult:
+        """One task as one job of the batch layer, on this open executor's roles."""
+        assert self._roles is not None
         job = (self.bench.add(task, task_id), 0)
         batch = ModeRun.of(self._roles.spec, self.mode, self.bench, self.macros)
         strategy = LocalStrategy(self._roles.clients, self.governor, policies=self._roles.policies)

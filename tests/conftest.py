@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_support import dev_image, docker_client  # noqa: F401 - the Docker fixtures (tests marked docker)
+from sandbox_support import SECRET, dev_image, docker_client  # noqa: F401 - the Docker fixtures (tests marked docker)
 
 REPO = Path(__file__).resolve().parents[1]
 TAU2_DIR = REPO.parent / "shared" / "data" / "tau2"
@@ -54,3 +54,19 @@ def bench(tau2_dir: Path):
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user's home holding agentspec's cache with a run-log key (``SECRET``) and a file of theirs, as
+    ``$HOME`` and the working directory (the jail tests: nothing of it may be read from inside)."""
+    home = tmp_path / "home"
+    cache = home / ".cache" / "agentspec"
+    cache.mkdir(parents=True)
+    (cache / "runlog.key").write_text(SECRET)
+    (home / "notes.txt").write_text("a file of the user's")
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("XDG_CACHE_HOME", "AGENTSPEC_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(home)
+    return home

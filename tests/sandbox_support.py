@@ -298,3 +298,7 @@ SPAWN_200 = (  # a program that starts 200 processes and says how many it got be
     "except OSError as exc:\n"
     "    print('refused after', len(children), type(exc).__name__)\n"
 )
+
+
+SECRET = "the-run-log-key-0123456789abcdef"
+"""The run-log key the ``home`` fixture's cache holds: what no jail may read."""

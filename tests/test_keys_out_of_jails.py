@@ -7,14 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sandbox_support import require_bwrap
+from sandbox_support import SECRET, require_bwrap
 
 from agentspec.types import ToolCall
 from envs.gaia.bench import GaiaBench
 from envs.workspace.environment import open_workspace
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "gaia-format"
-SECRET = "the-run-log-key-fedcba9876543210"
 SNOOP = ("import os\n"
          "seen, found = [], []\n"
          "for top, dirs, files in os.walk('/'):\n"
@@ -26,20 +25,6 @@ SNOOP = ("import os\n"
          "    except OSError as exc:\n"
          "        seen.append(type(exc).__name__)\n"
          "print(seen)\n")
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A user's home holding agentspec's cache with a run-log key, as ``$HOME`` and the working directory."""
-    home = tmp_path / "home"
-    cache = home / ".cache" / "agentspec"
-    cache.mkdir(parents=True)
-    (cache / "runlog.key").write_text(SECRET)
-    monkeypatch.setenv("HOME", str(home))
-    for name in ("XDG_CACHE_HOME", "AGENTSPEC_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(home)
-    return home
 
 
 def _snoop(home: Path) -> ToolCall:

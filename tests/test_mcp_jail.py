@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from sandbox_support import require_bwrap
+from sandbox_support import SECRET, require_bwrap
 from test_mcp import call
 
 from agentspec.mcp import MCPSandboxToolkit, MCPToolkit
@@ -19,22 +19,6 @@ from agentspec.sandbox import Limits
 
 REPO = Path(__file__).resolve().parents[1]
 FILES = REPO / "tests" / "servers" / "files_server.py"
-SECRET = "the-run-log-key-0123456789abcdef"
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A user's home holding agentspec's cache with a run-log key, as $HOME and the working directory."""
-    home = tmp_path / "home"
-    cache = home / ".cache" / "agentspec"
-    cache.mkdir(parents=True)
-    (cache / "runlog.key").write_text(SECRET)
-    (home / "notes.txt").write_text("a file of the user's")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    monkeypatch.delenv("AGENTSPEC_CACHE", raising=False)
-    monkeypatch.chdir(home)
-    return home
 
 
 def test_jailed_server_started_in_home_cannot_read_the_run_log_key(home: Path):
